@@ -1,0 +1,5 @@
+//! One module per subcommand. Each exposes its clap `Args` struct and a `run` function.
+
+pub mod doctor;
+pub mod estimate;
+pub mod lint;

@@ -1,0 +1,80 @@
+//! The `vramfit` command line: argument parsing, printing and exit codes, nothing else.
+//!
+//! Every subcommand lives in its own module under `commands/` and returns an [`Outcome`]
+//! or a [`Failure`]. Exit codes are decided here, once:
+//!
+//! * `0` — success (the run fits, the code is clean, the diagnosis was made);
+//! * `1` — a negative result that is not an error ("does not fit", lint findings);
+//! * `2` — an error: bad input, unreadable file, unknown name. Printed as one `error:` line
+//!   and, where we can help, one `hint:` line, both on stderr.
+
+mod commands;
+mod failure;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub use failure::{Failure, Outcome};
+
+/// Predict, plan and diagnose PyTorch GPU memory before the run.
+#[derive(Debug, Parser)]
+#[command(name = "vramfit", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Predict the peak GPU memory of one training step.
+    Estimate(commands::estimate::EstimateArgs),
+    /// Explain an out-of-memory crash from its message, memory_summary(), stats or snapshot.
+    Doctor(commands::doctor::DoctorArgs),
+    /// Find memory mistakes in PyTorch training scripts and notebooks.
+    Lint(commands::lint::LintArgs),
+    /// Print the documentation of a lint rule (e.g. `vramfit rule MEM101`).
+    Rule(commands::lint::RuleArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // clap prints help/version to stdout (exit 0) and usage errors to stderr.
+            let code = if err.use_stderr() { 2 } else { 0 };
+            let _ = err.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Command::Estimate(args) => commands::estimate::run(args),
+        Command::Doctor(args) => commands::doctor::run(args),
+        Command::Lint(args) => commands::lint::run(args),
+        Command::Rule(args) => commands::lint::run_rule(args),
+    };
+    match result {
+        Ok(Outcome::Success) => ExitCode::SUCCESS,
+        Ok(Outcome::Negative) => ExitCode::from(1),
+        Err(failure) => {
+            let mut stderr = std::io::stderr().lock();
+            if failure.is_broken_pipe() {
+                return ExitCode::SUCCESS;
+            }
+            let _ = write!(stderr, "{failure}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    #[test]
+    fn verify_cli() {
+        Cli::command().debug_assert();
+    }
+}

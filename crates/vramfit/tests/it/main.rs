@@ -1,0 +1,6 @@
+//! The one integration-test binary: each module drives the real `vramfit` executable.
+
+mod cli;
+mod doctor;
+mod estimate;
+mod lint;
