@@ -1,0 +1,317 @@
+//! The training setup: everything about a step that is not the model.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::units::DType;
+
+/// How weights and compute are typed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Precision {
+    /// fp32 weights, fp32 compute.
+    #[serde(rename = "fp32")]
+    Fp32,
+    /// fp32 weights (master copy) and `torch.autocast(dtype=float16)` (+ GradScaler).
+    #[serde(rename = "fp16-mixed")]
+    Fp16Mixed,
+    /// fp32 weights (master copy) and `torch.autocast(dtype=bfloat16)`.
+    #[serde(rename = "bf16-mixed")]
+    Bf16Mixed,
+    /// Pure bf16: `model.to(torch.bfloat16)`, no fp32 master copy, no autocast.
+    #[serde(rename = "bf16")]
+    Bf16,
+}
+
+impl Precision {
+    /// All variants, in the order the CLI lists them.
+    pub const ALL: [Precision; 4] =
+        [Precision::Fp32, Precision::Fp16Mixed, Precision::Bf16Mixed, Precision::Bf16];
+
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Fp16Mixed => "fp16-mixed",
+            Precision::Bf16Mixed => "bf16-mixed",
+            Precision::Bf16 => "bf16",
+        }
+    }
+
+    /// The dtype parameters (and so gradients) are stored in.
+    pub fn param_dtype(self) -> DType {
+        match self {
+            Precision::Bf16 => DType::Bf16,
+            _ => DType::F32,
+        }
+    }
+
+    /// The dtype matrix multiplications run in (autocast's lower precision).
+    pub fn compute_dtype(self) -> DType {
+        match self {
+            Precision::Fp32 => DType::F32,
+            Precision::Fp16Mixed => DType::F16,
+            Precision::Bf16Mixed | Precision::Bf16 => DType::Bf16,
+        }
+    }
+
+    /// Whether `torch.autocast` is active.
+    pub fn autocast(self) -> bool {
+        matches!(self, Precision::Fp16Mixed | Precision::Bf16Mixed)
+    }
+
+    /// Whether the setup needs hardware bf16 support.
+    pub fn needs_bf16(self) -> bool {
+        matches!(self, Precision::Bf16Mixed | Precision::Bf16)
+    }
+}
+
+/// The optimizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Optimizer {
+    /// `torch.optim.Adam` (foreach by default).
+    Adam,
+    /// `torch.optim.AdamW` (foreach by default).
+    Adamw,
+    /// `torch.optim.SGD` without momentum: no state.
+    Sgd,
+    /// `torch.optim.SGD(momentum>0)`: one momentum buffer.
+    SgdMomentum,
+    /// bitsandbytes `AdamW8bit`: two uint8 states + block-wise absmax.
+    Adamw8bit,
+    /// bitsandbytes `PagedAdamW8bit`: as `AdamW8bit`, state in managed (pageable) memory.
+    PagedAdamw8bit,
+    /// `torch.optim.Adafactor`: factored second moment, no first moment.
+    Adafactor,
+    /// Lion: one momentum buffer.
+    Lion,
+}
+
+impl Optimizer {
+    /// All variants, in the order the CLI lists them.
+    pub const ALL: [Optimizer; 8] = [
+        Optimizer::Adam,
+        Optimizer::Adamw,
+        Optimizer::Sgd,
+        Optimizer::SgdMomentum,
+        Optimizer::Adamw8bit,
+        Optimizer::PagedAdamw8bit,
+        Optimizer::Adafactor,
+        Optimizer::Lion,
+    ];
+
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Optimizer::Adam => "adam",
+            Optimizer::Adamw => "adamw",
+            Optimizer::Sgd => "sgd",
+            Optimizer::SgdMomentum => "sgd-momentum",
+            Optimizer::Adamw8bit => "adamw-8bit",
+            Optimizer::PagedAdamw8bit => "paged-adamw-8bit",
+            Optimizer::Adafactor => "adafactor",
+            Optimizer::Lion => "lion",
+        }
+    }
+}
+
+/// Which attention kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Attention {
+    /// HF eager attention: materialises the s×s scores and probabilities.
+    Eager,
+    /// `torch.nn.functional.scaled_dot_product_attention` with PyTorch's backend choice.
+    Sdpa,
+    /// FlashAttention (HF `flash_attention_2` or the SDPA flash backend).
+    Flash,
+}
+
+impl Attention {
+    /// All variants.
+    pub const ALL: [Attention; 3] = [Attention::Eager, Attention::Sdpa, Attention::Flash];
+
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Attention::Eager => "eager",
+            Attention::Sdpa => "sdpa",
+            Attention::Flash => "flash",
+        }
+    }
+}
+
+/// Activation checkpointing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Checkpointing {
+    /// Keep every activation autograd saves.
+    None,
+    /// Per decoder layer, non-reentrant (`gradient_checkpointing_enable()`).
+    Full,
+}
+
+impl Checkpointing {
+    /// All variants.
+    pub const ALL: [Checkpointing; 2] = [Checkpointing::None, Checkpointing::Full];
+
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Checkpointing::None => "none",
+            Checkpointing::Full => "full",
+        }
+    }
+}
+
+/// Where the step runs: the real CUDA device, or the CPU fake-tensor oracle used for validation
+/// (whose autocast op lists and SDPA kernels differ; see `validation/README.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Target {
+    /// A CUDA GPU (what users ask about).
+    #[default]
+    Cuda,
+    /// PyTorch on the CPU under `FakeTensorMode` + `MemTracker` (the validation oracle).
+    CpuOracle,
+}
+
+/// One training step's setup. Build it with [`TrainSetup::default`] and struct update syntax.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TrainSetup {
+    /// Sequences per micro-batch.
+    pub micro_batch: u64,
+    /// Tokens per sequence.
+    pub seq_len: u64,
+    /// Weight and compute precision.
+    pub precision: Precision,
+    /// Optimizer.
+    pub optimizer: Optimizer,
+    /// Dtype of the optimizer state; `None` = what PyTorch does (the parameter's dtype;
+    /// 8-bit optimizers: uint8).
+    pub optimizer_state_dtype: Option<DType>,
+    /// Attention kernel.
+    pub attention: Attention,
+    /// Activation checkpointing.
+    pub checkpointing: Checkpointing,
+    /// Micro-batches per optimizer step (gradients persist across them).
+    pub grad_accum: u64,
+    /// Where the step runs.
+    pub target: Target,
+}
+
+impl Default for TrainSetup {
+    fn default() -> Self {
+        TrainSetup {
+            micro_batch: 1,
+            seq_len: 512,
+            precision: Precision::Bf16Mixed,
+            optimizer: Optimizer::Adamw,
+            optimizer_state_dtype: None,
+            attention: Attention::Sdpa,
+            checkpointing: Checkpointing::None,
+            grad_accum: 1,
+            target: Target::Cuda,
+        }
+    }
+}
+
+/// A name on the command line that matches no variant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} '{given}' (expected one of: {expected})")]
+pub struct UnknownName {
+    /// What was being parsed (`precision`, `optimizer`, ...).
+    pub kind: &'static str,
+    /// What the user wrote.
+    pub given: String,
+    /// The accepted names, comma separated.
+    pub expected: String,
+}
+
+macro_rules! named_enum {
+    ($ty:ty, $kind:literal, $($alias:literal => $variant:expr),* $(,)?) => {
+        impl FromStr for $ty {
+            type Err = UnknownName;
+            fn from_str(s: &str) -> Result<Self, UnknownName> {
+                let lower = s.trim().to_ascii_lowercase();
+                if let Some(v) = <$ty>::ALL.iter().find(|v| v.name() == lower) {
+                    return Ok(*v);
+                }
+                match lower.as_str() {
+                    $($alias => Ok($variant),)*
+                    _ => Err(UnknownName {
+                        kind: $kind,
+                        given: s.to_string(),
+                        expected: <$ty>::ALL.iter().map(|v| v.name()).collect::<Vec<_>>().join(", "),
+                    }),
+                }
+            }
+        }
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+named_enum!(Precision, "precision",
+    "32" => Precision::Fp32, "32-true" => Precision::Fp32, "float32" => Precision::Fp32,
+    "16-mixed" => Precision::Fp16Mixed, "fp16" => Precision::Fp16Mixed, "amp" => Precision::Fp16Mixed,
+    "bf16-true" => Precision::Bf16, "bfloat16" => Precision::Bf16,
+);
+named_enum!(Optimizer, "optimizer",
+    "adam8bit" => Optimizer::Adamw8bit, "adamw8bit" => Optimizer::Adamw8bit,
+    "adam-8bit" => Optimizer::Adamw8bit, "adamw_bnb_8bit" => Optimizer::Adamw8bit,
+    "paged_adamw_8bit" => Optimizer::PagedAdamw8bit, "pagedadamw8bit" => Optimizer::PagedAdamw8bit,
+    "sgd_momentum" => Optimizer::SgdMomentum, "momentum" => Optimizer::SgdMomentum,
+    "adamw_torch" => Optimizer::Adamw,
+);
+named_enum!(Attention, "attention",
+    "flash_attention_2" => Attention::Flash, "flash-attention" => Attention::Flash,
+    "flash_attention" => Attention::Flash,
+);
+named_enum!(Checkpointing, "checkpointing",
+    "off" => Checkpointing::None, "no" => Checkpointing::None, "false" => Checkpointing::None,
+    "on" => Checkpointing::Full, "true" => Checkpointing::Full, "yes" => Checkpointing::Full,
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for p in Precision::ALL {
+            assert_eq!(p.name().parse::<Precision>(), Ok(p));
+        }
+        for o in Optimizer::ALL {
+            assert_eq!(o.name().parse::<Optimizer>(), Ok(o));
+        }
+        for a in Attention::ALL {
+            assert_eq!(a.name().parse::<Attention>(), Ok(a));
+        }
+        for c in Checkpointing::ALL {
+            assert_eq!(c.name().parse::<Checkpointing>(), Ok(c));
+        }
+    }
+
+    #[test]
+    fn unknown_names_list_the_choices() {
+        let err = "adamq".parse::<Optimizer>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown optimizer 'adamq' (expected one of: adam, adamw, sgd, sgd-momentum, \
+             adamw-8bit, paged-adamw-8bit, adafactor, lion)"
+        );
+    }
+
+    #[test]
+    fn lightning_spellings_are_accepted() {
+        assert_eq!("16-mixed".parse::<Precision>(), Ok(Precision::Fp16Mixed));
+        assert_eq!("bf16-mixed".parse::<Precision>(), Ok(Precision::Bf16Mixed));
+        assert_eq!("bf16-true".parse::<Precision>(), Ok(Precision::Bf16));
+    }
+}
