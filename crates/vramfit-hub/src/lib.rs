@@ -10,10 +10,13 @@
 //!     └── snapshots/<commit>/config.json
 //! ```
 //!
-//! Only `config.json` is ever read — never weights, never code. Nothing is fetched over the
-//! network: with no cached copy the error says how to fetch the one file
-//! (`huggingface-cli download ORG/NAME config.json`), which also honours `HF_TOKEN` for gated
-//! repositories. `HF_HUB_OFFLINE` is therefore always respected.
+//! Only `config.json` is ever read — never weights, never code. When the cache lacks it,
+//! [`download_config`] fetches that one file from the Hub into the cache (honouring `HF_TOKEN`,
+//! `HF_ENDPOINT` and `HF_HUB_OFFLINE`).
+
+mod download;
+
+pub use download::{HubRemote, download_config};
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -92,7 +95,7 @@ impl RepoId {
     }
 }
 
-fn valid_segment(s: &str) -> bool {
+pub(crate) fn valid_segment(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 96
         && s != "."
@@ -114,6 +117,42 @@ pub enum HubError {
         /// The cache directory searched.
         cache: String,
     },
+    /// `HF_HUB_OFFLINE` forbids fetching what the cache lacks.
+    #[error("model '{repo}' is not in the local Hugging Face cache and HF_HUB_OFFLINE is set")]
+    Offline {
+        /// `org/name`.
+        repo: String,
+    },
+    /// The Hub answered 401/403.
+    #[error("the Hub refused access to '{repo}' (gated or private)")]
+    Gated {
+        /// `org/name`.
+        repo: String,
+    },
+    /// The Hub has no such repository, revision or file.
+    #[error("the Hub has no config.json for '{repo}' at revision '{revision}'")]
+    NotOnHub {
+        /// `org/name`.
+        repo: String,
+        /// The revision asked for.
+        revision: String,
+    },
+    /// The request failed.
+    #[error("could not fetch config.json of '{repo}': {message}")]
+    Network {
+        /// `org/name`.
+        repo: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The cache could not be written.
+    #[error("could not write to the Hugging Face cache at {path}: {message}")]
+    Write {
+        /// The folder.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
     /// The repository is cached but the revision or its `config.json` is not.
     #[error("model '{repo}' is cached but has no config.json for revision '{revision}'")]
     NoConfig {
@@ -131,9 +170,13 @@ impl HubError {
             HubError::NoCacheDir => {
                 "set HF_HOME or HF_HUB_CACHE, or pass --model path/to/config.json".into()
             }
-            HubError::NotCached { repo, .. } | HubError::NoConfig { repo, .. } => format!(
-                "fetch only the config with `huggingface-cli download {repo} config.json` (uses HF_TOKEN for gated models), or pass --model path/to/config.json"
+            HubError::NotCached { repo, .. } | HubError::NoConfig { repo, .. } | HubError::Offline { repo } => format!(
+                "fetch only the config with `huggingface-cli download {repo} config.json` (unset HF_HUB_OFFLINE to let vramfit fetch it), or pass --model path/to/config.json"
             ),
+            HubError::Gated { repo } => format!("accept the licence on the model page of {repo} and set HF_TOKEN to a token with read access"),
+            HubError::NotOnHub { .. } => "check the spelling of ORG/NAME and the revision, or pass --model path/to/config.json".into(),
+            HubError::Network { .. } => "check the connection (or HF_ENDPOINT), or set HF_HUB_OFFLINE=1 and pass --model path/to/config.json".into(),
+            HubError::Write { .. } => "set HF_HUB_CACHE to a writable folder".into(),
         }
     }
 }
