@@ -144,6 +144,8 @@ def case_id(case: dict) -> str:
     )
     if not case.get("foreach", True):
         cid += "-forloop"
+    for key, value in sorted(case.get("config_overrides", {}).items()):
+        cid += f"-{key}={value}"
     return cid
 
 
@@ -191,7 +193,7 @@ def build_optimizer(torch, name: str, params, foreach: bool):
 def run_case(case: dict, versions: dict) -> dict:
     import torch
     import transformers
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
 
     class Tracker(MemTracker):
@@ -204,11 +206,14 @@ def run_case(case: dict, versions: dict) -> dict:
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if func is torch.ops.aten._local_scalar_dense.default:
-                # .item() on fake data (Adafactor reads its step count and
-                # norms): no value exists; any number does, memory does not
-                # depend on it.
-                self.scalar_reads += 1
-                return 1.0 if args[0].dtype.is_floating_point else 1
+                try:
+                    return super().__torch_dispatch__(func, types, args, kwargs)
+                except DataDependentOutputException:
+                    # .item() on fake data with no known value (Adafactor reads
+                    # parameter and update norms): any number does, no tensor
+                    # size depends on it.
+                    self.scalar_reads += 1
+                    return 1.0 if args[0].dtype.is_floating_point else 1
             name = func.__name__
             if "attention" in name or "softmax" in name or "nll_loss" in name:
                 self.kernels[name] = self.kernels.get(name, 0) + 1
@@ -225,6 +230,7 @@ def run_case(case: dict, versions: dict) -> dict:
 
     cid = case_id(case)
     cfg_dict = load_config_dict(case["model"])
+    cfg_dict.update(case.get("config_overrides", {}))
     model_type = cfg_dict["model_type"]
     batch, seq = int(case["batch"]), int(case["seq_len"])
     precision = case["precision"]
