@@ -1,0 +1,134 @@
+//! The human-readable report: the numbers read, then each diagnosis with its evidence, one
+//! paragraph and the remedies, cheapest first. Plain text, readable without colour.
+
+use std::io::{self, Write};
+
+use crate::bytes::Bytes;
+use crate::diagnosis::Diagnosis;
+use crate::message::OomMessage;
+use crate::report::Report;
+
+const WIDTH: usize = 92;
+
+/// Writes the report of a log.
+pub fn write_report(out: &mut impl Write, report: &Report) -> io::Result<()> {
+    let many = report.messages.len() > 1;
+    for (i, finding) in report.messages.iter().enumerate() {
+        if i > 0 {
+            writeln!(out)?;
+        }
+        write_message(out, &finding.message, many.then_some(i + 1))?;
+        for d in &finding.diagnoses {
+            writeln!(out)?;
+            write_diagnosis(out, d)?;
+        }
+        if finding.diagnoses.is_empty() {
+            writeln!(out)?;
+            writeln!(out, "no diagnosis: the message carries too few numbers to say more")?;
+        }
+    }
+    for d in &report.trend {
+        writeln!(out)?;
+        writeln!(out, "across the whole log:")?;
+        write_diagnosis(out, d)?;
+    }
+    Ok(())
+}
+
+fn write_message(out: &mut impl Write, m: &OomMessage, index: Option<usize>) -> io::Result<()> {
+    let number = index.map_or_else(String::new, |i| format!(" {i}"));
+    let device = m.device.as_deref().map_or_else(String::new, |d| format!(", {d}"));
+    writeln!(out, "message{number} at line {}: {}{device}", m.line, m.kind.describe())?;
+    let mut rows: Vec<(&str, String)> = Vec::new();
+    let mut push = |label: &'static str, value: Option<Bytes>| {
+        if let Some(v) = value {
+            rows.push((label, v.to_string()));
+        }
+    };
+    push("requested", m.requested_bytes);
+    push("total capacity", m.total_bytes);
+    push("allowed (memory fraction)", m.allowed_bytes);
+    push("free", m.free_bytes);
+    push("allocated", m.allocated_bytes);
+    push("reserved", m.reserved_bytes);
+    push("reserved but unallocated", m.reserved_unallocated_bytes);
+    push("in private pools", m.private_pool_bytes);
+    push("other allocations", m.other_allocations_bytes);
+    if m.requested_over_1eb {
+        rows.push(("requested", "more than 1 EiB".to_owned()));
+    }
+    for p in &m.processes {
+        let label = if p.this_process { "this process" } else { "process" };
+        let value = match p.pid {
+            Some(pid) => format!("{} (pid {pid})", p.bytes),
+            None => p.bytes.to_string(),
+        };
+        rows.push((label, value));
+    }
+    if let Some(t) = &m.tensor {
+        let dims: Vec<String> = t.shape.iter().map(u64::to_string).collect();
+        rows.push(("tensor", format!("[{}] {}", dims.join(", "), t.dtype)));
+    }
+    if let Some(name) = &m.error_name {
+        rows.push(("error", name.clone()));
+    }
+    for (label, value) in rows {
+        writeln!(out, "  {label:<26} {value}")?;
+    }
+    if !m.missing.is_empty() {
+        writeln!(out, "  truncated message, missing: {}", m.missing.join(", "))?;
+    }
+    Ok(())
+}
+
+/// Writes one diagnosis.
+pub fn write_diagnosis(out: &mut impl Write, d: &Diagnosis) -> io::Result<()> {
+    writeln!(out, "[{}] {}", d.id.as_str(), d.title)?;
+    let label_width = d.evidence.iter().map(|e| e.label.chars().count()).max().unwrap_or(0);
+    for e in &d.evidence {
+        let pad = label_width - e.label.chars().count();
+        writeln!(out, "  {}{} : {}", e.label, " ".repeat(pad), e.value)?;
+    }
+    for line in wrap(&d.explanation, WIDTH - 2) {
+        writeln!(out, "  {line}")?;
+    }
+    if let Some(plan) = &d.plan_request {
+        writeln!(
+            out,
+            "  for a planner: save at least {} to fit in {}",
+            plan.shortfall, plan.capacity
+        )?;
+    }
+    if !d.remedies.is_empty() {
+        writeln!(out, "  what to do, cheapest first:")?;
+        for (i, r) in d.remedies.iter().enumerate() {
+            let mut lines = wrap(r.text(), WIDTH - 7).into_iter();
+            if let Some(first) = lines.next() {
+                writeln!(out, "  {:>2}. {first}", i + 1)?;
+            }
+            for line in lines {
+                writeln!(out, "      {line}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Greedy word wrap.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
+}

@@ -1,0 +1,39 @@
+//! A whole log diagnosed: every message with its diagnoses, and the trend between them.
+
+use serde::Serialize;
+
+use crate::diagnosis::{Diagnosis, SizeHints, diagnose_message, diagnose_trend};
+use crate::message::{OomMessage, find_messages};
+
+/// One message and what it means.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    /// The parsed message.
+    #[serde(flatten)]
+    pub message: OomMessage,
+    /// Its diagnoses, most specific first.
+    pub diagnoses: Vec<Diagnosis>,
+}
+
+/// The diagnosis of a log.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// One finding per message, in the order of the log.
+    pub messages: Vec<Finding>,
+    /// Diagnoses of the log as a whole (growth across steps).
+    pub trend: Vec<Diagnosis>,
+}
+
+/// Diagnoses every out-of-memory message in `text`. `None` when there is none.
+pub fn diagnose_log(text: &str, hints: &SizeHints) -> Option<Report> {
+    let messages = find_messages(text);
+    if messages.is_empty() {
+        return None;
+    }
+    let trend = diagnose_trend(&messages);
+    let messages = messages
+        .into_iter()
+        .map(|message| Finding { diagnoses: diagnose_message(&message, hints), message })
+        .collect();
+    Some(Report { messages, trend })
+}
