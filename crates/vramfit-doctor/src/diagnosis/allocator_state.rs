@@ -35,27 +35,33 @@ pub fn check(s: &AllocatorStats) -> Vec<Diagnosis> {
             None => d,
         }
     };
-    let non_releasable = s.inactive_split.map(|n| n.current).unwrap_or_default();
-    let fragmented = non_releasable.ratio(s.reserved.current) >= 0.2
-        || s.num_alloc_retries.is_some_and(|r| r > 0);
+    // Without the non-releasable row (older or cut-short summaries) the whole cache gap counts.
+    let (non_releasable, place) = match s.inactive_split {
+        Some(n) => (n.current, "free space inside segments that still hold a live tensor"),
+        None => (gap, "cached but not allocated to any tensor"),
+    };
+    let share = non_releasable.ratio(s.reserved.current);
+    let fragmented =
+        share >= 0.2 || (s.num_alloc_retries.is_some_and(|r| r > 0) && share >= 0.05);
     if fragmented {
         let d = base(Diagnosis::new(
             DiagnosisId::Fragmentation,
             format!(
-                "fragmentation: {} of reserved memory is in partly used segments",
+                "fragmentation: {} of reserved memory is {place}",
                 percent(non_releasable, s.reserved.current)
             ),
         ))
         .explain(format!(
-            "{non_releasable} of the {} PyTorch reserves is free space inside segments that \
-             still hold a live tensor. The allocator cannot give it to a larger request and \
-             torch.cuda.empty_cache() cannot return it to the driver: empty_cache only returns \
-             whole cached segments and never frees memory held by tensors. {}",
+            "{non_releasable} of the {} PyTorch reserves is {place}. The allocator could not \
+             give it to the larger requests that failed, and torch.cuda.empty_cache() does \
+             not help: it only returns whole cached segments to the driver and never frees \
+             memory held by tensors. {}",
             s.reserved.current,
             match s.num_alloc_retries {
                 Some(r) if r > 0 => format!(
-                    "The allocator has already flushed its cache and retried {r} times, a sign \
-                     the card is close to full in this fragmented state."
+                    "The allocator has already flushed its cache and retried {}, a sign the \
+                     card is close to full in this fragmented state.",
+                    times(r)
                 ),
                 _ => String::new(),
             }
@@ -74,11 +80,19 @@ pub fn check(s: &AllocatorStats) -> Vec<Diagnosis> {
         s.allocated.peak,
         s.reserved.peak,
         match s.num_ooms {
-            Some(n) if n > 0 => format!("The process has already run out of memory {n} times. "),
+            Some(n) if n > 0 => format!("The process has already run out of memory {}. ", times(n)),
             _ => String::new(),
         }
     ))
     .remedies(TRAINING_CHANGES);
     out.push(d);
     out
+}
+
+fn times(n: u64) -> String {
+    match n {
+        1 => "once".to_owned(),
+        2 => "twice".to_owned(),
+        n => format!("{n} times"),
+    }
 }

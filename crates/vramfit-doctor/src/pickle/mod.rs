@@ -1,1 +1,586 @@
-//! placeholder
+//! A pickle machine that builds data and never executes anything.
+//!
+//! A memory snapshot (`torch.cuda.memory._dump_snapshot`) is a standard Python pickle of
+//! plain dicts, lists, tuples, strings, ints, floats, bools and `None`. A pickle can also
+//! import any callable and call it, so this reader implements only the opcodes that build
+//! data (protocols 0 to 5) and refuses every opcode that names, calls or builds an object
+//! (`GLOBAL`, `STACK_GLOBAL`, `REDUCE`, `BUILD`, `INST`, `OBJ`, `NEWOBJ`, `NEWOBJ_EX`, the
+//! extension registry and persistent ids) with an error naming the opcode.
+//!
+//! Memoised objects are shared through `Rc` (PyTorch memoises stack frames that many blocks
+//! reference), the input is read through a `Read` in one pass, and [`Limits`] bound the
+//! memory the values may take, the length of any one string, the nesting of the stack and
+//! the wall-clock time, so garbage or hostile input ends in an error, never a panic.
+
+mod value;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io::{self, BufRead, BufReader, Read};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+pub use value::Value;
+
+/// Bounds on what a pickle may make the reader do.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Estimated bytes of values held at once (strings, containers, memo).
+    pub max_memory: u64,
+    /// Longest single string or bytes object.
+    pub max_string: u64,
+    /// Deepest stack of marks (nested containers under construction).
+    pub max_marks: usize,
+    /// Wall-clock time allowed.
+    pub max_time: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_memory: 2 << 30,
+            max_string: 64 << 20,
+            max_marks: 10_000,
+            max_time: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Why a pickle could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PickleError {
+    /// An opcode that imports or calls code.
+    #[error(
+        "refusing pickle opcode {name} at byte {offset}: it imports or calls Python code, which a memory snapshot never contains"
+    )]
+    Refused {
+        /// Opcode name.
+        name: &'static str,
+        /// Byte offset.
+        offset: u64,
+    },
+    /// A byte that is no pickle opcode.
+    #[error("not a pickle: unknown opcode 0x{opcode:02x} at byte {offset}")]
+    UnknownOpcode {
+        /// The byte.
+        opcode: u8,
+        /// Byte offset.
+        offset: u64,
+    },
+    /// The input ended before STOP.
+    #[error("the pickle is truncated: it ends at byte {0} before its STOP opcode")]
+    Truncated(u64),
+    /// Malformed structure.
+    #[error("malformed pickle at byte {offset}: {what}")]
+    Malformed {
+        /// What was wrong.
+        what: &'static str,
+        /// Byte offset.
+        offset: u64,
+    },
+    /// A limit was reached.
+    #[error("pickle exceeds the {0} limit")]
+    Limit(&'static str),
+    /// Reading failed.
+    #[error("reading the pickle failed: {0}")]
+    Io(String),
+}
+
+/// Reads one pickle from `reader` within `limits`.
+pub fn read_pickle(reader: impl Read, limits: &Limits) -> Result<Value, PickleError> {
+    Machine::new(reader, *limits).run()
+}
+
+/// Rough bytes a value costs, for the memory budget.
+const VALUE_COST: u64 = 32;
+
+struct Machine<R: Read> {
+    input: BufReader<R>,
+    offset: u64,
+    limits: Limits,
+    started: Instant,
+    stack: Vec<Value>,
+    marks: Vec<usize>,
+    memo: HashMap<u64, Value>,
+    used: u64,
+    ops: u64,
+}
+
+impl<R: Read> Machine<R> {
+    fn new(reader: R, limits: Limits) -> Machine<R> {
+        Machine {
+            input: BufReader::with_capacity(1 << 16, reader),
+            offset: 0,
+            limits,
+            started: Instant::now(),
+            stack: Vec::new(),
+            marks: Vec::new(),
+            memo: HashMap::new(),
+            used: 0,
+            ops: 0,
+        }
+    }
+
+    fn charge(&mut self, bytes: u64) -> Result<(), PickleError> {
+        self.used = self.used.saturating_add(bytes);
+        if self.used > self.limits.max_memory {
+            return Err(PickleError::Limit("memory"));
+        }
+        Ok(())
+    }
+
+    fn malformed(&self, what: &'static str) -> PickleError {
+        PickleError::Malformed { what, offset: self.offset }
+    }
+
+    fn byte(&mut self) -> Result<u8, PickleError> {
+        let mut b = [0u8; 1];
+        self.exact(&mut b)?;
+        Ok(b[0])
+    }
+
+    fn exact(&mut self, buf: &mut [u8]) -> Result<(), PickleError> {
+        match self.input.read_exact(buf) {
+            Ok(()) => {
+                self.offset += buf.len() as u64;
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                Err(PickleError::Truncated(self.offset))
+            }
+            Err(e) => Err(PickleError::Io(e.to_string())),
+        }
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], PickleError> {
+        let mut b = [0u8; N];
+        self.exact(&mut b)?;
+        Ok(b)
+    }
+
+    /// Reads `len` bytes after checking the string limit and the budget.
+    fn counted(&mut self, len: u64) -> Result<Vec<u8>, PickleError> {
+        if len > self.limits.max_string {
+            return Err(PickleError::Limit("string length"));
+        }
+        self.charge(len)?;
+        let len = usize::try_from(len).map_err(|_| PickleError::Limit("string length"))?;
+        let mut buf = Vec::new();
+        let taken = (&mut self.input).take(len as u64).read_to_end(&mut buf);
+        match taken {
+            Ok(n) if n == len => {
+                self.offset += len as u64;
+                Ok(buf)
+            }
+            Ok(n) => Err(PickleError::Truncated(self.offset + n as u64)),
+            Err(e) => Err(PickleError::Io(e.to_string())),
+        }
+    }
+
+    /// A text line (protocol 0 arguments), without its newline.
+    fn line(&mut self) -> Result<String, PickleError> {
+        let mut buf = Vec::new();
+        let n = (&mut self.input)
+            .take(4096)
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| PickleError::Io(e.to_string()))?;
+        self.offset += n as u64;
+        if buf.pop() != Some(b'\n') {
+            return Err(PickleError::Truncated(self.offset));
+        }
+        String::from_utf8(buf).map_err(|_| self.malformed("text argument is not UTF-8"))
+    }
+
+    fn push(&mut self, value: Value) -> Result<(), PickleError> {
+        self.charge(VALUE_COST)?;
+        self.stack.push(value);
+        Ok(())
+    }
+
+    fn pop(&mut self) -> Result<Value, PickleError> {
+        let floor = self.marks.last().copied().unwrap_or(0);
+        if self.stack.len() <= floor {
+            return Err(self.malformed("stack underflow"));
+        }
+        self.stack.pop().ok_or_else(|| self.malformed("stack underflow"))
+    }
+
+    fn top(&self) -> Result<&Value, PickleError> {
+        self.stack.last().ok_or_else(|| self.malformed("stack underflow"))
+    }
+
+    fn pop_mark(&mut self) -> Result<Vec<Value>, PickleError> {
+        let mark = self.marks.pop().ok_or_else(|| self.malformed("no MARK"))?;
+        if mark > self.stack.len() {
+            return Err(self.malformed("MARK beyond the stack"));
+        }
+        Ok(self.stack.split_off(mark))
+    }
+
+    fn memo_put(&mut self, index: u64) -> Result<(), PickleError> {
+        let value = self.top()?.clone();
+        self.charge(VALUE_COST)?;
+        self.memo.insert(index, value);
+        Ok(())
+    }
+
+    fn memo_get(&mut self, index: u64) -> Result<(), PickleError> {
+        let value = self.memo.get(&index).cloned().ok_or_else(|| self.malformed("unknown memo key"))?;
+        self.push(value)
+    }
+
+    fn string(&mut self, len: u64) -> Result<Value, PickleError> {
+        let bytes = self.counted(len)?;
+        let text = String::from_utf8(bytes).map_err(|_| self.malformed("str is not UTF-8"))?;
+        Ok(Value::Str(Rc::from(text)))
+    }
+
+    fn run(mut self) -> Result<Value, PickleError> {
+        loop {
+            self.ops += 1;
+            if self.ops % 65_536 == 0 && self.started.elapsed() > self.limits.max_time {
+                return Err(PickleError::Limit("time"));
+            }
+            let at = self.offset;
+            let op = self.byte()?;
+            match op {
+                b'.' => return self.pop(),
+                0x80 => {
+                    let protocol = self.byte()?;
+                    if protocol > 5 {
+                        return Err(self.malformed("unsupported protocol"));
+                    }
+                }
+                0x95 => {
+                    self.array::<8>()?;
+                }
+                b'(' => {
+                    if self.marks.len() >= self.limits.max_marks {
+                        return Err(PickleError::Limit("nesting"));
+                    }
+                    self.marks.push(self.stack.len());
+                }
+                b'0' => {
+                    self.pop()?;
+                }
+                b'1' => {
+                    self.pop_mark()?;
+                }
+                b'2' => {
+                    let v = self.top()?.clone();
+                    self.push(v)?;
+                }
+                b'N' => self.push(Value::None)?,
+                0x88 => self.push(Value::Bool(true))?,
+                0x89 => self.push(Value::Bool(false))?,
+                b'I' => {
+                    let line = self.line()?;
+                    let v = match line.as_str() {
+                        "01" => Value::Bool(true),
+                        "00" => Value::Bool(false),
+                        t => Value::Int(t.parse().map_err(|_| self.malformed("bad INT"))?),
+                    };
+                    self.push(v)?;
+                }
+                b'J' => {
+                    let v = i32::from_le_bytes(self.array()?);
+                    self.push(Value::Int(i64::from(v)))?;
+                }
+                b'K' => {
+                    let v = self.byte()?;
+                    self.push(Value::Int(i64::from(v)))?;
+                }
+                b'M' => {
+                    let v = u16::from_le_bytes(self.array()?);
+                    self.push(Value::Int(i64::from(v)))?;
+                }
+                b'L' => {
+                    let line = self.line()?;
+                    let digits = line.trim_end_matches('L');
+                    let v = digits.parse::<i64>().map_or_else(
+                        |_| Value::BigInt(Rc::from(digits.as_bytes())),
+                        Value::Int,
+                    );
+                    self.push(v)?;
+                }
+                0x8a => {
+                    let n = u64::from(self.byte()?);
+                    let bytes = self.counted(n)?;
+                    self.push(long(&bytes))?;
+                }
+                0x8b => {
+                    let n = u64::from(u32::from_le_bytes(self.array()?));
+                    let bytes = self.counted(n)?;
+                    self.push(long(&bytes))?;
+                }
+                b'F' => {
+                    let line = self.line()?;
+                    let v = line.trim().parse().map_err(|_| self.malformed("bad FLOAT"))?;
+                    self.push(Value::Float(v))?;
+                }
+                b'G' => {
+                    let v = f64::from_be_bytes(self.array()?);
+                    self.push(Value::Float(v))?;
+                }
+                b'S' => {
+                    let line = self.line()?;
+                    let inner = line
+                        .strip_prefix(['\'', '"'])
+                        .and_then(|l| l.strip_suffix(['\'', '"']))
+                        .ok_or_else(|| self.malformed("bad STRING"))?;
+                    self.charge(inner.len() as u64)?;
+                    self.push(Value::Str(Rc::from(inner)))?;
+                }
+                b'T' => {
+                    let n = u64::from(u32::from_le_bytes(self.array()?));
+                    let bytes = self.counted(n)?;
+                    self.push(Value::Bytes(Rc::from(bytes)))?;
+                }
+                b'U' | b'C' => {
+                    let n = u64::from(self.byte()?);
+                    let bytes = self.counted(n)?;
+                    self.push(Value::Bytes(Rc::from(bytes)))?;
+                }
+                b'V' => {
+                    let line = self.line()?;
+                    self.charge(line.len() as u64)?;
+                    self.push(Value::Str(Rc::from(line)))?;
+                }
+                b'X' => {
+                    let n = u64::from(u32::from_le_bytes(self.array()?));
+                    let v = self.string(n)?;
+                    self.push(v)?;
+                }
+                0x8c => {
+                    let n = u64::from(self.byte()?);
+                    let v = self.string(n)?;
+                    self.push(v)?;
+                }
+                0x8d => {
+                    let n = u64::from_le_bytes(self.array()?);
+                    let v = self.string(n)?;
+                    self.push(v)?;
+                }
+                b'B' => {
+                    let n = u64::from(u32::from_le_bytes(self.array()?));
+                    let bytes = self.counted(n)?;
+                    self.push(Value::Bytes(Rc::from(bytes)))?;
+                }
+                0x8e | 0x96 => {
+                    let n = u64::from_le_bytes(self.array()?);
+                    let bytes = self.counted(n)?;
+                    self.push(Value::Bytes(Rc::from(bytes)))?;
+                }
+                b']' => self.push(Value::List(Rc::new(RefCell::new(Vec::new()))))?,
+                0x8f => self.push(Value::List(Rc::new(RefCell::new(Vec::new()))))?,
+                b'l' | 0x91 => {
+                    let items = self.pop_mark()?;
+                    self.push(Value::List(Rc::new(RefCell::new(items))))?;
+                }
+                b'a' => {
+                    let item = self.pop()?;
+                    let Value::List(list) = self.top()? else {
+                        return Err(self.malformed("APPEND to a non-list"));
+                    };
+                    list.borrow_mut().push(item);
+                }
+                b'e' | 0x90 => {
+                    let items = self.pop_mark()?;
+                    let Value::List(list) = self.top()? else {
+                        return Err(self.malformed("APPENDS to a non-list"));
+                    };
+                    list.borrow_mut().extend(items);
+                }
+                b')' => self.push(Value::Tuple(Rc::from(Vec::new())))?,
+                b't' => {
+                    let items = self.pop_mark()?;
+                    self.push(Value::Tuple(Rc::from(items)))?;
+                }
+                0x85..=0x87 => {
+                    let n = usize::from(op - 0x84);
+                    let mut items = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        items.push(self.pop()?);
+                    }
+                    items.reverse();
+                    self.push(Value::Tuple(Rc::from(items)))?;
+                }
+                b'}' => self.push(Value::Dict(Rc::new(RefCell::new(Vec::new()))))?,
+                b'd' => {
+                    let items = self.pop_mark()?;
+                    let pairs = pairs(items).ok_or_else(|| self.malformed("odd DICT items"))?;
+                    self.push(Value::Dict(Rc::new(RefCell::new(pairs))))?;
+                }
+                b's' => {
+                    let value = self.pop()?;
+                    let key = self.pop()?;
+                    let Value::Dict(dict) = self.top()? else {
+                        return Err(self.malformed("SETITEM on a non-dict"));
+                    };
+                    set_item(&mut dict.borrow_mut(), key, value);
+                }
+                b'u' => {
+                    let items = self.pop_mark()?;
+                    let new = pairs(items).ok_or_else(|| self.malformed("odd SETITEMS items"))?;
+                    let Value::Dict(dict) = self.top()? else {
+                        return Err(self.malformed("SETITEMS on a non-dict"));
+                    };
+                    let mut dict = dict.borrow_mut();
+                    for (k, v) in new {
+                        set_item(&mut dict, k, v);
+                    }
+                }
+                b'g' => {
+                    let line = self.line()?;
+                    let index = line.parse().map_err(|_| self.malformed("bad GET"))?;
+                    self.memo_get(index)?;
+                }
+                b'h' => {
+                    let index = u64::from(self.byte()?);
+                    self.memo_get(index)?;
+                }
+                b'j' => {
+                    let index = u64::from(u32::from_le_bytes(self.array()?));
+                    self.memo_get(index)?;
+                }
+                b'p' => {
+                    let line = self.line()?;
+                    let index = line.parse().map_err(|_| self.malformed("bad PUT"))?;
+                    self.memo_put(index)?;
+                }
+                b'q' => {
+                    let index = u64::from(self.byte()?);
+                    self.memo_put(index)?;
+                }
+                b'r' => {
+                    let index = u64::from(u32::from_le_bytes(self.array()?));
+                    self.memo_put(index)?;
+                }
+                0x94 => {
+                    let index = self.memo.len() as u64;
+                    self.memo_put(index)?;
+                }
+                _ => {
+                    if let Some(name) = refused(op) {
+                        return Err(PickleError::Refused { name, offset: at });
+                    }
+                    return Err(PickleError::UnknownOpcode { opcode: op, offset: at });
+                }
+            }
+        }
+    }
+}
+
+/// The name of an opcode that is refused because it runs or references code.
+fn refused(op: u8) -> Option<&'static str> {
+    Some(match op {
+        b'c' => "GLOBAL",
+        0x93 => "STACK_GLOBAL",
+        b'R' => "REDUCE",
+        b'b' => "BUILD",
+        b'i' => "INST",
+        b'o' => "OBJ",
+        0x81 => "NEWOBJ",
+        0x92 => "NEWOBJ_EX",
+        0x82 => "EXT1",
+        0x83 => "EXT2",
+        0x84 => "EXT4",
+        b'P' => "PERSID",
+        b'Q' => "BINPERSID",
+        0x97 => "NEXT_BUFFER",
+        0x98 => "READONLY_BUFFER",
+        _ => return None,
+    })
+}
+
+fn pairs(items: Vec<Value>) -> Option<Vec<(Value, Value)>> {
+    if items.len() % 2 != 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(items.len() / 2);
+    let mut it = items.into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        out.push((k, v));
+    }
+    Some(out)
+}
+
+/// Inserts or replaces a str-keyed item (other keys are appended).
+fn set_item(dict: &mut Vec<(Value, Value)>, key: Value, value: Value) {
+    if let Some(k) = key.as_str() {
+        if let Some(slot) = dict.iter_mut().find(|(existing, _)| existing.as_str() == Some(k)) {
+            slot.1 = value;
+            return;
+        }
+    }
+    dict.push((key, value));
+}
+
+/// A little-endian two's-complement long.
+fn long(bytes: &[u8]) -> Value {
+    if bytes.is_empty() {
+        return Value::Int(0);
+    }
+    if bytes.len() <= 8 {
+        let negative = bytes.last().is_some_and(|b| b & 0x80 != 0);
+        let mut buf = if negative { [0xffu8; 8] } else { [0u8; 8] };
+        buf[..bytes.len()].copy_from_slice(bytes);
+        return Value::Int(i64::from_le_bytes(buf));
+    }
+    Value::BigInt(Rc::from(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(bytes: &[u8]) -> Result<Value, PickleError> {
+        read_pickle(bytes, &Limits::default())
+    }
+
+    #[test]
+    fn reads_protocol_two_dict() {
+        // pickle.dumps({"a": [1, 2.5, None, True], "b": (300, -1)}, protocol=2)
+        let bytes = b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01]q\x02(K\x01G@\x04\x00\x00\x00\x00\x00\x00N\x88eX\x01\x00\x00\x00bq\x03M,\x01J\xff\xff\xff\xff\x86q\x04u.";
+        let v = read(bytes).unwrap();
+        let a = v.get("a").unwrap().items().unwrap();
+        assert_eq!(a[0].as_i64(), Some(1));
+        assert_eq!(a[1].as_f64(), Some(2.5));
+        assert_eq!(v.get("b").unwrap().items().unwrap()[1].as_i64(), Some(-1));
+    }
+
+    #[test]
+    fn refuses_code() {
+        // pickle.dumps(os.system) with protocol 0: "cposix\nsystem\n."
+        let err = read(b"cposix\nsystem\np0\n.").unwrap_err();
+        assert!(err.to_string().starts_with("refusing pickle opcode GLOBAL at byte 0"));
+        let err = read(b"\x80\x04\x8c\x02os\x8c\x06system\x93.").unwrap_err();
+        assert!(matches!(err, PickleError::Refused { name: "STACK_GLOBAL", .. }));
+    }
+
+    #[test]
+    fn garbage_ends_in_errors() {
+        assert!(matches!(read(b""), Err(PickleError::Truncated(0))));
+        assert!(matches!(read(b"\x80\x04]"), Err(PickleError::Truncated(_))));
+        assert!(matches!(read(b"\xff"), Err(PickleError::UnknownOpcode { .. })));
+        assert!(read(b"a.").is_err());
+        assert!(read(b"0.").is_err());
+        assert!(read(b"1.").is_err());
+        assert!(read(b"h\x05.").is_err());
+        // A 4 GiB string length in a tiny file: refused before any allocation.
+        assert!(matches!(read(b"X\xff\xff\xff\xff"), Err(PickleError::Limit("string length"))));
+        let deep = vec![b'('; 20_000];
+        assert!(matches!(read(&deep), Err(PickleError::Limit("nesting"))));
+    }
+
+    #[test]
+    fn memory_budget() {
+        let limits = Limits { max_memory: 10_000, ..Limits::default() };
+        let mut bytes = b"\x80\x04]".to_vec();
+        for _ in 0..1000 {
+            bytes.extend_from_slice(b"K\x01a");
+        }
+        bytes.push(b'.');
+        assert!(matches!(read_pickle(&bytes[..], &limits), Err(PickleError::Limit("memory"))));
+    }
+}

@@ -132,3 +132,90 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
     }
     lines
 }
+
+/// Writes allocator statistics and their diagnoses.
+pub fn write_stats(
+    out: &mut impl Write,
+    source: &str,
+    stats: &crate::stats::AllocatorStats,
+    diagnoses: &[Diagnosis],
+) -> io::Result<()> {
+    let device = stats.device.map_or_else(String::new, |d| format!(", device {d}"));
+    writeln!(out, "{source}{device}")?;
+    let row = |out: &mut dyn Write, label: &str, s: crate::stats::Stat| {
+        writeln!(out, "  {label:<24} {:>12} now {:>12} peak", s.current.to_string(), s.peak.to_string())
+    };
+    row(out, "allocated", stats.allocated)?;
+    row(out, "reserved", stats.reserved)?;
+    if let Some(s) = stats.inactive_split {
+        row(out, "non-releasable", s)?;
+    }
+    if let Some(s) = stats.requested {
+        row(out, "requested", s)?;
+    }
+    for d in diagnoses {
+        writeln!(out)?;
+        write_diagnosis(out, d)?;
+    }
+    Ok(())
+}
+
+/// Writes the analysis of a memory snapshot.
+pub fn write_snapshot(
+    out: &mut impl Write,
+    report: &crate::snapshot::SnapshotReport,
+) -> io::Result<()> {
+    writeln!(out, "memory snapshot: {} segments ({} expandable)", report.segments, report.expandable_segments)?;
+    let rows: [(&str, String); 7] = [
+        ("reserved", report.reserved.to_string()),
+        ("allocated", report.allocated.to_string()),
+        ("freed, waiting for streams", report.pending_free.to_string()),
+        ("free inside used segments", report.free_in_used_segments.to_string()),
+        ("free in empty segments", report.free_in_empty_segments.to_string()),
+        ("largest free block", report.largest_free_block.to_string()),
+        ("fragmentation", format!("{:.0}% of reserved is free but unreleasable", report.fragmentation * 100.0)),
+    ];
+    for (label, value) in rows {
+        writeln!(out, "  {label:<28} {value}")?;
+    }
+    if let Some(settings) = &report.allocator_settings {
+        writeln!(out, "  {:<28} {settings}", "PYTORCH_CUDA_ALLOC_CONF")?;
+    }
+    if let Some(failed) = &report.failed_allocation {
+        writeln!(out)?;
+        writeln!(out, "the allocation that failed (device {}):", failed.device)?;
+        writeln!(out, "  requested                    {}", failed.size)?;
+        if let Some(free) = failed.device_free {
+            writeln!(out, "  free on the device           {free}")?;
+        }
+        if let Some(frame) = &failed.frame {
+            writeln!(out, "  requested at                 {frame}")?;
+        }
+        if report.free_in_used_segments >= failed.size && report.largest_free_block < failed.size {
+            writeln!(
+                out,
+                "  {} is free inside used segments but the largest free block is {}: \
+                 fragmentation (try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)",
+                report.free_in_used_segments, report.largest_free_block
+            )?;
+        }
+    }
+    if !report.top_allocations.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "live memory by the frame that allocated it:")?;
+        for group in &report.top_allocations {
+            writeln!(out, "  {:>12}  {:>6} blocks  {}", group.bytes.to_string(), group.count, group.frame)?;
+        }
+    }
+    if !report.timeline.is_empty() {
+        let peak_a = report.timeline.iter().map(|p| p.allocated).max().unwrap_or_default();
+        let peak_r = report.timeline.iter().map(|p| p.reserved).max().unwrap_or_default();
+        writeln!(out)?;
+        writeln!(
+            out,
+            "trace: {} events; peak allocated {peak_a}, peak reserved {peak_r} (write the chart with --svg FILE)",
+            report.trace_events
+        )?;
+    }
+    Ok(())
+}
