@@ -3,14 +3,34 @@
 //! Strings and bytes in, values out: this crate performs no I/O and never prints. The binary
 //! reads files and the environment; everything here is a pure function of its arguments.
 //!
-//! * [`units`] — [`Bytes`] and [`DType`], checked byte arithmetic.
+//! * [`units`] — [`Bytes`] and [`DType`], checked byte arithmetic; [`count`] — `1B`, `7e9`.
 //! * [`setup`] — [`TrainSetup`]: batch, sequence, precision, optimizer, attention, checkpointing.
 //! * [`gpu`] — the GPU catalog (data file `data/gpus.json`).
+//! * [`hf_config`] and [`model`] — `config.json` → [`ModelSpec`]; [`catalog`] — built-in models.
+//! * [`estimate()`] — the simulated training step: a stream of allocations and frees
+//!   (`timeline`, `graph`, `step`, `optim`) whose peak, phase and breakdown are reported.
 
+pub mod catalog;
+pub mod count;
+pub mod estimate;
 pub mod gpu;
+pub mod hf_config;
+pub mod model;
 pub mod setup;
 pub mod units;
 
+mod graph;
+mod optim;
+mod step;
+mod timeline;
+
+pub use count::parse_count;
+pub use estimate::{
+    Components, Estimate, EstimateError, ModelStates, PhasePeaks, estimate, max_micro_batch,
+    model_states_for_params,
+};
 pub use gpu::{Gpu, GpuCatalogError};
+pub use model::{Architecture, ConfigError, ModelSpec};
 pub use setup::{Attention, Checkpointing, Optimizer, Precision, Target, TrainSetup, UnknownName};
+pub use timeline::{Component, Phase};
 pub use units::{Bytes, DType, Overflow};

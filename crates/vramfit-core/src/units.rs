@@ -7,6 +7,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::count::parse_count;
+
 /// A number of bytes. Displays in binary units (GiB = 2^30, MiB = 2^20, KiB = 2^10).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,

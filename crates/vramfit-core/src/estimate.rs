@@ -1,0 +1,334 @@
+//! The public estimate: run the simulated step and report its peak, the phase of the peak,
+//! the breakdown at the peak and the peak of every phase.
+
+use serde::Serialize;
+
+use crate::model::ModelSpec;
+use crate::optim::state_bytes;
+use crate::setup::{Attention, Optimizer, Precision, TrainSetup};
+use crate::step::simulate;
+use crate::timeline::{ByComponent, Component, Phase};
+use crate::units::{Bytes, DType, Overflow};
+
+/// The largest sequence length accepted (16M tokens).
+pub const MAX_SEQ_LEN: u64 = 1 << 24;
+/// The largest micro-batch accepted.
+pub const MAX_MICRO_BATCH: u64 = 1 << 20;
+/// The largest gradient-accumulation count accepted.
+pub const MAX_GRAD_ACCUM: u64 = 1 << 16;
+
+/// Why an estimate cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EstimateError {
+    /// A setup value is zero or absurd.
+    #[error("{field} = {value} is out of range (1..={max})")]
+    OutOfRange {
+        /// The setup field (`batch`, `seq-len`, `grad-accum`).
+        field: &'static str,
+        /// The value given.
+        value: u64,
+        /// Largest accepted.
+        max: u64,
+    },
+    /// A byte count overflows 64 bits.
+    #[error("the memory needed overflows 64 bits")]
+    Overflow,
+    /// The parameter count is zero.
+    #[error("the parameter count must be positive")]
+    NoParameters,
+}
+
+impl EstimateError {
+    /// A one-line hint for the user.
+    pub fn hint(&self) -> String {
+        match self {
+            EstimateError::OutOfRange { field, .. } => {
+                format!("pass a positive, realistic --{field}")
+            }
+            EstimateError::Overflow => "reduce --batch or --seq-len; no GPU holds this".into(),
+            EstimateError::NoParameters => "pass a positive count such as --params 1B".into(),
+        }
+    }
+}
+
+impl From<Overflow> for EstimateError {
+    fn from(_: Overflow) -> Self {
+        EstimateError::Overflow
+    }
+}
+
+/// Bytes by component (at the peak).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Components {
+    /// Weights and buffers.
+    pub parameters: Bytes,
+    /// `.grad` tensors.
+    pub gradients: Bytes,
+    /// Persistent optimizer state.
+    pub optimizer_state: Bytes,
+    /// Tensors saved for backward.
+    pub activations: Bytes,
+    /// Transients: logits and loss buffers, gradients in flight, optimizer-step buffers.
+    pub temporaries: Bytes,
+    /// Autocast's low-precision weight copies.
+    pub autocast_cache: Bytes,
+    /// Library workspaces.
+    pub workspace: Bytes,
+}
+
+impl Components {
+    fn from_array(a: ByComponent) -> Components {
+        let get = |c: Component| Bytes(a[c as usize]);
+        Components {
+            parameters: get(Component::Parameters),
+            gradients: get(Component::Gradients),
+            optimizer_state: get(Component::OptimizerState),
+            activations: get(Component::Activations),
+            temporaries: get(Component::Temporaries),
+            autocast_cache: get(Component::AutocastCache),
+            workspace: get(Component::Workspace),
+        }
+    }
+
+    /// `(name, bytes)` in display order.
+    pub fn entries(&self) -> [(&'static str, Bytes); 7] {
+        [
+            ("parameters", self.parameters),
+            ("gradients", self.gradients),
+            ("optimizer_state", self.optimizer_state),
+            ("activations", self.activations),
+            ("temporaries", self.temporaries),
+            ("autocast_cache", self.autocast_cache),
+            ("workspace", self.workspace),
+        ]
+    }
+
+    /// The sum.
+    pub fn total(&self) -> Bytes {
+        self.entries().into_iter().map(|(_, b)| b).sum()
+    }
+}
+
+/// The peak of each phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct PhasePeaks {
+    /// Through the layers.
+    pub forward: Bytes,
+    /// Head, logits, loss.
+    pub loss: Bytes,
+    /// Backward.
+    pub backward: Bytes,
+    /// `optimizer.step()` and `zero_grad()`.
+    pub optimizer_step: Bytes,
+}
+
+/// Parameters, gradients and optimizer state: what `--params` alone can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ModelStates {
+    /// Weights.
+    pub parameters: Bytes,
+    /// Gradients (same dtype as the weights).
+    pub gradients: Bytes,
+    /// Optimizer state.
+    pub optimizer_state: Bytes,
+    /// The sum.
+    pub total: Bytes,
+}
+
+/// The result of [`estimate`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Estimate {
+    /// Peak of `torch.cuda.max_memory_allocated()` over a steady-state step.
+    pub peak_allocated: Bytes,
+    /// Where in the step the peak falls.
+    pub peak_phase: Phase,
+    /// What is live at the peak.
+    pub components_at_peak: Components,
+    /// Parameters + gradients + optimizer state.
+    pub model_states: Bytes,
+    /// The three model states separately.
+    pub model_states_detail: ModelStates,
+    /// The peak of each phase.
+    pub phase_peaks: PhasePeaks,
+    /// Trainable parameters.
+    pub parameters: u64,
+    /// Things the user should know (unsupported combinations, caveats).
+    pub warnings: Vec<String>,
+}
+
+fn check_setup(setup: &TrainSetup) -> Result<(), EstimateError> {
+    let check = |field: &'static str, value: u64, max: u64| {
+        if value == 0 || value > max {
+            Err(EstimateError::OutOfRange { field, value, max })
+        } else {
+            Ok(())
+        }
+    };
+    check("batch", setup.micro_batch, MAX_MICRO_BATCH)?;
+    check("seq-len", setup.seq_len, MAX_SEQ_LEN)?;
+    check("grad-accum", setup.grad_accum, MAX_GRAD_ACCUM)?;
+    Ok(())
+}
+
+fn warnings(spec: &ModelSpec, setup: &TrainSetup) -> Vec<String> {
+    let mut w = Vec::new();
+    if setup.precision == Precision::Fp16Mixed {
+        w.push("fp16-mixed needs torch.amp.GradScaler to avoid gradient underflow; bf16-mixed does not".into());
+    }
+    if setup.attention == Attention::Flash && setup.precision == Precision::Fp32 {
+        w.push("flash attention needs fp16 or bf16 inputs; with fp32 PyTorch falls back to another kernel".into());
+    }
+    if setup.attention == Attention::Sdpa && spec.attn_softcap.is_some() {
+        w.push("gemma2's attention softcapping is not supported by SDPA's fused kernels; the math path runs".into());
+    }
+    if let Some(max) = match spec.positions {
+        crate::model::Positions::Learned { max_positions } => Some(max_positions),
+        crate::model::Positions::Rotary { .. } => None,
+    } && setup.seq_len > max
+    {
+        w.push(format!(
+            "seq-len {} exceeds the model's {max} learned positions; the model cannot run it",
+            setup.seq_len
+        ));
+    }
+    if matches!(setup.optimizer, Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit)
+        && setup.optimizer_state_dtype.is_some()
+    {
+        w.push(
+            "bitsandbytes 8-bit optimizers keep uint8 state; --optimizer-state-dtype is ignored"
+                .into(),
+        );
+    }
+    if setup.optimizer == Optimizer::PagedAdamw8bit {
+        w.push("paged-adamw-8bit keeps large state tensors in managed memory, outside the allocator's count".into());
+    }
+    if setup.precision == Precision::Bf16
+        && matches!(setup.optimizer, Optimizer::Adam | Optimizer::Adamw)
+        && setup.optimizer_state_dtype.is_none()
+    {
+        w.push(
+            "pure bf16 with torch Adam keeps bf16 optimizer states (no fp32 master copy)".into(),
+        );
+    }
+    w
+}
+
+/// Predicts the peak memory of one steady-state training step.
+pub fn estimate(spec: &ModelSpec, setup: &TrainSetup) -> Result<Estimate, EstimateError> {
+    check_setup(setup)?;
+    let (graph, sizes) = simulate(spec, setup)?;
+    let (peak, phase, at_peak) = graph.tl.peak();
+    let pp = graph.tl.phase_peaks();
+    let states = states_for_sizes(&sizes, &graph, setup)?;
+    Ok(Estimate {
+        peak_allocated: Bytes(peak),
+        peak_phase: phase,
+        components_at_peak: Components::from_array(at_peak),
+        model_states: states.total,
+        model_states_detail: states,
+        phase_peaks: PhasePeaks {
+            forward: Bytes(pp[0]),
+            loss: Bytes(pp[1]),
+            backward: Bytes(pp[2]),
+            optimizer_step: Bytes(pp[3]),
+        },
+        parameters: spec.parameter_count(),
+        warnings: warnings(spec, setup),
+    })
+}
+
+fn states_for_sizes(
+    sizes: &[u64],
+    graph: &crate::graph::Graph,
+    setup: &TrainSetup,
+) -> Result<ModelStates, EstimateError> {
+    let p = setup.precision.param_dtype();
+    let dtype = state_dtype(setup);
+    let mut params = 0u64;
+    let mut state = 0u64;
+    for (i, &n) in sizes.iter().enumerate() {
+        params = params.checked_add(n.checked_mul(p.size()).ok_or(Overflow)?).ok_or(Overflow)?;
+        let matrix = graph.params.get(i).and_then(|x| x.matrix);
+        state = state
+            .checked_add(state_bytes(setup.optimizer, n, matrix, dtype, false)?)
+            .ok_or(Overflow)?;
+    }
+    let total = params.checked_mul(2).and_then(|x| x.checked_add(state)).ok_or(Overflow)?;
+    Ok(ModelStates {
+        parameters: Bytes(params),
+        gradients: Bytes(params),
+        optimizer_state: Bytes(state),
+        total: Bytes(total),
+    })
+}
+
+fn state_dtype(setup: &TrainSetup) -> DType {
+    match setup.optimizer {
+        Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => DType::U8,
+        _ => setup.optimizer_state_dtype.unwrap_or(setup.precision.param_dtype()),
+    }
+}
+
+/// Model states for a bare parameter count (`--params 1B`): weights and gradients in the
+/// parameter dtype, optimizer state per parameter. Activations cannot be known without the
+/// architecture. With `--optimizer-state-dtype int8` Adam's two states take 1 byte each (the
+/// idealisation of 8-bit Adam); `adamw-8bit` adds bitsandbytes' block-wise absmax.
+pub fn model_states_for_params(
+    params: u64,
+    setup: &TrainSetup,
+) -> Result<ModelStates, EstimateError> {
+    if params == 0 {
+        return Err(EstimateError::NoParameters);
+    }
+    let p = setup.precision.param_dtype().size();
+    let weights = params.checked_mul(p).ok_or(Overflow)?;
+    let dtype = state_dtype(setup);
+    let state = state_bytes(setup.optimizer, params, None, dtype, false)?;
+    let total = weights.checked_mul(2).and_then(|x| x.checked_add(state)).ok_or(Overflow)?;
+    Ok(ModelStates {
+        parameters: Bytes(weights),
+        gradients: Bytes(weights),
+        optimizer_state: Bytes(state),
+        total: Bytes(total),
+    })
+}
+
+/// The largest micro-batch whose peak fits in `capacity` (0 if none does): exponential
+/// search, then binary search.
+pub fn max_micro_batch(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    capacity: Bytes,
+) -> Result<u64, EstimateError> {
+    let fits = |b: u64| -> Result<bool, EstimateError> {
+        let s = TrainSetup { micro_batch: b, ..setup.clone() };
+        match estimate(spec, &s) {
+            Ok(e) => Ok(e.peak_allocated <= capacity),
+            Err(EstimateError::Overflow) => Ok(false),
+            Err(e) => Err(e),
+        }
+    };
+    let probe = TrainSetup { micro_batch: 1, ..setup.clone() };
+    check_setup(&probe)?;
+    if !fits(1)? {
+        return Ok(0);
+    }
+    let mut lo = 1u64;
+    let mut hi = 2u64;
+    while hi <= MAX_MICRO_BATCH && fits(hi)? {
+        lo = hi;
+        hi *= 2;
+    }
+    if hi > MAX_MICRO_BATCH {
+        return Ok(lo);
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(lo)
+}

@@ -1,0 +1,306 @@
+//! A miniature autograd: forward ops allocate outputs and record what they save; backward
+//! walks the recorded nodes in reverse, allocating input gradients before it frees the saved
+//! tensors and the incoming gradient, as PyTorch's engine does.
+//!
+//! Every allocation and free goes through the [`Timeline`], so the forward, the backward and
+//! the optimizer step are one stream.
+
+use crate::timeline::{Component, Tid, Timeline};
+use crate::units::Overflow;
+
+/// A parameter tensor of the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ParamId(pub(crate) usize);
+
+/// How a node produces the gradient of one of its inputs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Grad {
+    /// A new tensor of this many bytes.
+    New(Tid, u64),
+    /// The incoming gradient itself (add, views, dtype-preserving pass-through).
+    Pass(Tid),
+    /// The gradient of a parameter: `bytes` in the compute dtype, then cast to the parameter's
+    /// dtype by autocast's copy node if `cast` is set.
+    Param(ParamId, u64),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Node {
+    Op {
+        outputs: Vec<Tid>,
+        saved: Vec<Tid>,
+        grads: Vec<Grad>,
+        transient: u64,
+    },
+    /// A checkpointed segment: only its input is kept; backward replays it.
+    Checkpoint {
+        input: Tid,
+        output: Tid,
+        segment: usize,
+    },
+}
+
+/// A parameter's bookkeeping during a step.
+#[derive(Debug, Clone)]
+pub(crate) struct ParamState {
+    /// Bytes of the parameter (and of its gradient).
+    pub(crate) bytes: u64,
+    /// Bytes of autocast's low-precision copy (0: no copy).
+    pub(crate) cast_bytes: u64,
+    /// The cached low-precision copy during this forward.
+    pub(crate) cast: Option<Tid>,
+    /// `.grad`.
+    pub(crate) grad: Option<Tid>,
+    /// `(rows, cols)` of a 2-D parameter; `None` for vectors.
+    pub(crate) matrix: Option<(u64, u64)>,
+}
+
+pub(crate) struct Graph {
+    pub(crate) tl: Timeline,
+    pub(crate) nodes: Vec<Node>,
+    grad_of: Vec<Option<Tid>>,
+    pub(crate) params: Vec<ParamState>,
+    /// While false (inside a checkpointed segment's first forward), nothing is saved.
+    pub(crate) saving: bool,
+}
+
+impl Graph {
+    pub(crate) fn new(tl: Timeline) -> Graph {
+        Graph {
+            tl,
+            nodes: Vec::with_capacity(4096),
+            grad_of: Vec::new(),
+            params: Vec::new(),
+            saving: true,
+        }
+    }
+
+    pub(crate) fn add_param(&mut self, bytes: u64, cast_bytes: u64) -> ParamId {
+        self.params.push(ParamState { bytes, cast_bytes, cast: None, grad: None, matrix: None });
+        ParamId(self.params.len() - 1)
+    }
+
+    pub(crate) fn set_matrix(&mut self, p: ParamId, rows: u64, cols: u64) {
+        if let Some(s) = self.params.get_mut(p.0) {
+            s.matrix = Some((rows, cols));
+        }
+    }
+
+    /// A new forward tensor (one reference: the Python variable).
+    pub(crate) fn alloc(&mut self, bytes: u64) -> Result<Tid, Overflow> {
+        self.tl.alloc(Component::Temporaries, bytes)
+    }
+
+    /// Drops the Python variable's reference.
+    pub(crate) fn drop(&mut self, t: Tid) {
+        self.tl.release(t);
+    }
+
+    /// The weight as a matmul sees it: under autocast, the cached low-precision copy
+    /// (created on first use in this forward), which the node then saves.
+    pub(crate) fn weight_for_matmul(&mut self, p: ParamId) -> Result<Option<Tid>, Overflow> {
+        let Some(state) = self.params.get(p.0) else { return Ok(None) };
+        if state.cast_bytes == 0 {
+            return Ok(None);
+        }
+        if let Some(t) = state.cast {
+            return Ok(Some(t));
+        }
+        let bytes = state.cast_bytes;
+        let t = self.tl.alloc(Component::AutocastCache, bytes)?;
+        if let Some(s) = self.params.get_mut(p.0) {
+            s.cast = Some(t);
+        }
+        Ok(Some(t))
+    }
+
+    /// Autocast exits: the cache drops its references (copies saved by nodes live on).
+    pub(crate) fn clear_autocast_cache(&mut self) {
+        let casts: Vec<Tid> = self.params.iter_mut().filter_map(|p| p.cast.take()).collect();
+        for t in casts {
+            self.tl.release(t);
+        }
+    }
+
+    /// Records an op. Saved tensors gain a reference (and count as activations).
+    pub(crate) fn record(&mut self, outputs: &[Tid], saved: &[Tid], grads: Vec<Grad>) {
+        self.record_with_transient(outputs, saved, grads, 0);
+    }
+
+    /// As [`Graph::record`], with a scratch buffer the backward needs besides its outputs.
+    pub(crate) fn record_with_transient(
+        &mut self,
+        outputs: &[Tid],
+        saved: &[Tid],
+        grads: Vec<Grad>,
+        transient: u64,
+    ) {
+        let mut kept = Vec::with_capacity(saved.len());
+        if self.saving {
+            for &s in saved {
+                self.tl.retain(s);
+                if self.tl.component_of(s) == Some(Component::Temporaries) {
+                    self.tl.recategorize(s, Component::Activations);
+                }
+                kept.push(s);
+            }
+        }
+        self.nodes.push(Node::Op { outputs: outputs.to_vec(), saved: kept, grads, transient });
+    }
+
+    pub(crate) fn record_checkpoint(&mut self, input: Tid, output: Tid, segment: usize) {
+        self.tl.retain(input);
+        if self.tl.component_of(input) == Some(Component::Temporaries) {
+            self.tl.recategorize(input, Component::Activations);
+        }
+        self.nodes.push(Node::Checkpoint { input, output, segment });
+    }
+
+    fn grad_slot(&mut self, t: Tid) -> &mut Option<Tid> {
+        let i = t.index();
+        if self.grad_of.len() <= i {
+            self.grad_of.resize(i + 1, None);
+        }
+        &mut self.grad_of[i]
+    }
+
+    /// Adds `g` to the gradient of `t` (in place when one exists, as autograd's input buffer
+    /// does).
+    fn deposit(&mut self, t: Tid, g: Tid) {
+        let slot = self.grad_slot(t);
+        if slot.is_some() {
+            self.tl.release(g);
+        } else {
+            *slot = Some(g);
+        }
+    }
+
+    /// Seeds the gradient of the loss.
+    pub(crate) fn seed_grad(&mut self, t: Tid, bytes: u64) -> Result<(), Overflow> {
+        let g = self.tl.alloc(Component::Temporaries, bytes)?;
+        self.deposit(t, g);
+        Ok(())
+    }
+
+    pub(crate) fn take_grad(&mut self, t: Tid) -> Option<Tid> {
+        self.grad_slot(t).take()
+    }
+
+    pub(crate) fn set_grad(&mut self, t: Tid, g: Tid) {
+        self.deposit(t, g);
+    }
+
+    fn accumulate_param(&mut self, p: ParamId, g: Tid) -> Result<(), Overflow> {
+        let Some(state) = self.params.get(p.0) else {
+            self.tl.release(g);
+            return Ok(());
+        };
+        let (bytes, cast) = (state.bytes, state.cast_bytes);
+        // Autocast's copy node turns the low-precision gradient into the parameter's dtype.
+        let g = if cast > 0 {
+            let full = self.tl.alloc(Component::Temporaries, bytes)?;
+            self.tl.release(g);
+            full
+        } else {
+            g
+        };
+        let existing = self.params.get(p.0).and_then(|s| s.grad);
+        if existing.is_some() {
+            // `.grad += new` in place.
+            self.tl.release(g);
+        } else {
+            self.tl.recategorize(g, Component::Gradients);
+            if let Some(s) = self.params.get_mut(p.0) {
+                s.grad = Some(g);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs backward over `nodes[from..]` in reverse, draining them. `replay` re-runs a
+    /// checkpointed segment's forward and returns its output.
+    pub(crate) fn backward(
+        &mut self,
+        from: usize,
+        replay: &mut dyn FnMut(&mut Graph, Tid, usize) -> Result<Tid, Overflow>,
+    ) -> Result<(), Overflow> {
+        while self.nodes.len() > from {
+            let Some(node) = self.nodes.pop() else { break };
+            match node {
+                Node::Op { outputs, saved, grads, transient } => {
+                    let incoming: Vec<Tid> =
+                        outputs.iter().filter_map(|&o| self.take_grad(o)).collect();
+                    let Some(&first) = incoming.first() else {
+                        // Nothing flowed back here: release what was saved.
+                        for s in saved {
+                            self.tl.release(s);
+                        }
+                        continue;
+                    };
+                    let scratch = if transient > 0 {
+                        Some(self.tl.alloc(Component::Temporaries, transient)?)
+                    } else {
+                        None
+                    };
+                    let mut new_grads = Vec::with_capacity(grads.len());
+                    let mut param_grads = Vec::new();
+                    for g in grads {
+                        match g {
+                            Grad::New(input, bytes) => {
+                                let t = self.tl.alloc(Component::Temporaries, bytes)?;
+                                new_grads.push((input, t));
+                            }
+                            Grad::Pass(input) => {
+                                self.tl.retain(first);
+                                new_grads.push((input, first));
+                            }
+                            Grad::Param(p, bytes) => {
+                                let t = self.tl.alloc(Component::Temporaries, bytes)?;
+                                param_grads.push((p, t));
+                            }
+                        }
+                    }
+                    if let Some(s) = scratch {
+                        self.tl.release(s);
+                    }
+                    for s in saved {
+                        self.tl.release(s);
+                    }
+                    for g in incoming {
+                        self.tl.release(g);
+                    }
+                    for (input, t) in new_grads {
+                        self.deposit(input, t);
+                    }
+                    for (p, t) in param_grads {
+                        self.accumulate_param(p, t)?;
+                    }
+                }
+                Node::Checkpoint { input, output, segment } => {
+                    let incoming = self.take_grad(output);
+                    let mark = self.nodes.len();
+                    let out = replay(self, input, segment)?;
+                    self.tl.release(out);
+                    if let Some(g) = incoming {
+                        self.set_grad(out, g);
+                    }
+                    self.backward(mark, replay)?;
+                    // A replayed output nobody consumed keeps no gradient.
+                    if let Some(g) = self.take_grad(out) {
+                        self.tl.release(g);
+                    }
+                    self.tl.release(input);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `zero_grad(set_to_none=True)`.
+    pub(crate) fn zero_grad(&mut self) {
+        let grads: Vec<Tid> = self.params.iter_mut().filter_map(|p| p.grad.take()).collect();
+        for g in grads {
+            self.tl.release(g);
+        }
+    }
+}

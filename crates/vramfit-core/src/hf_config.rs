@@ -1,0 +1,152 @@
+//! The raw mirror of a Hugging Face `config.json`: every field optional, aliases accepted.
+//!
+//! [`RawConfig::parse`] only reads JSON; it takes no decision. Defaults, validation and the
+//! architecture rules live in one place, [`crate::model::ModelSpec::resolve`]. Every field is
+//! read by name so that a wrong type is reported with the field's name.
+
+use serde_json::{Map, Value};
+
+use crate::model::ConfigError;
+
+/// The largest `config.json` accepted (a real one is a few KiB; this guards against being
+/// handed a weights file by mistake).
+pub const MAX_CONFIG_BYTES: usize = 4 << 20;
+
+/// The fields of `config.json` that matter for memory, as written (aliases folded).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RawConfig {
+    /// `model_type`.
+    pub model_type: Option<String>,
+    /// `vocab_size`.
+    pub vocab_size: Option<u64>,
+    /// `hidden_size` / `n_embd` / `d_model`.
+    pub hidden_size: Option<u64>,
+    /// `num_hidden_layers` / `n_layer` / `num_layers`.
+    pub num_hidden_layers: Option<u64>,
+    /// `num_attention_heads` / `n_head`.
+    pub num_attention_heads: Option<u64>,
+    /// `num_key_value_heads`.
+    pub num_key_value_heads: Option<u64>,
+    /// `head_dim`.
+    pub head_dim: Option<u64>,
+    /// `intermediate_size` / `n_inner` / `ffn_dim`.
+    pub intermediate_size: Option<u64>,
+    /// `hidden_act` / `activation_function`.
+    pub hidden_act: Option<String>,
+    /// `hidden_activation` (Gemma 2).
+    pub hidden_activation: Option<String>,
+    /// `max_position_embeddings` / `n_positions`.
+    pub max_position_embeddings: Option<u64>,
+    /// `tie_word_embeddings`.
+    pub tie_word_embeddings: Option<bool>,
+    /// `attention_bias`.
+    pub attention_bias: Option<bool>,
+    /// `mlp_bias`.
+    pub mlp_bias: Option<bool>,
+    /// `num_local_experts` / `num_experts`.
+    pub num_local_experts: Option<u64>,
+    /// `num_experts_per_tok`.
+    pub num_experts_per_tok: Option<u64>,
+    /// `attention_dropout` / `attention_probs_dropout_prob` / `attn_pdrop`.
+    pub attention_dropout: Option<f64>,
+    /// `hidden_dropout_prob` / `resid_pdrop` / `hidden_dropout`.
+    pub hidden_dropout: Option<f64>,
+    /// `embd_pdrop` (GPT-2, Phi-3).
+    pub embedding_dropout: Option<f64>,
+    /// `rotary_pct` / `partial_rotary_factor`.
+    pub rotary_pct: Option<f64>,
+    /// `use_parallel_residual` (GPT-NeoX).
+    pub use_parallel_residual: Option<bool>,
+    /// `type_vocab_size` (BERT, RoBERTa).
+    pub type_vocab_size: Option<u64>,
+    /// `attn_logit_softcapping` (Gemma 2).
+    pub attn_logit_softcapping: Option<f64>,
+    /// `final_logit_softcapping` (Gemma 2).
+    pub final_logit_softcapping: Option<f64>,
+}
+
+fn field<'a>(
+    map: &'a Map<String, Value>,
+    names: &[&'static str],
+) -> Option<(&'static str, &'a Value)> {
+    names.iter().find_map(|n| match map.get(*n) {
+        None | Some(Value::Null) => None,
+        Some(v) => Some((*n, v)),
+    })
+}
+
+fn uint(map: &Map<String, Value>, names: &[&'static str]) -> Result<Option<u64>, ConfigError> {
+    let Some((name, v)) = field(map, names) else { return Ok(None) };
+    if let Some(n) = v.as_u64() {
+        return Ok(Some(n));
+    }
+    // Some configs write integers as floats (`4096.0`); accept exact integral values only.
+    match v.as_f64() {
+        Some(f) if f.fract() == 0.0 && f >= 0.0 && f < 1.8e19 => Ok(Some(f as u64)),
+        _ => Err(ConfigError::WrongType { field: name, expected: "a non-negative integer" }),
+    }
+}
+
+fn float(map: &Map<String, Value>, names: &[&'static str]) -> Result<Option<f64>, ConfigError> {
+    let Some((name, v)) = field(map, names) else { return Ok(None) };
+    v.as_f64().map(Some).ok_or(ConfigError::WrongType { field: name, expected: "a number" })
+}
+
+fn boolean(map: &Map<String, Value>, names: &[&'static str]) -> Result<Option<bool>, ConfigError> {
+    let Some((name, v)) = field(map, names) else { return Ok(None) };
+    v.as_bool().map(Some).ok_or(ConfigError::WrongType { field: name, expected: "true or false" })
+}
+
+fn string(map: &Map<String, Value>, names: &[&'static str]) -> Result<Option<String>, ConfigError> {
+    let Some((name, v)) = field(map, names) else { return Ok(None) };
+    v.as_str()
+        .map(|s| Some(s.to_string()))
+        .ok_or(ConfigError::WrongType { field: name, expected: "a string" })
+}
+
+impl RawConfig {
+    /// Reads the JSON text of a `config.json`.
+    pub fn parse(json: &str) -> Result<RawConfig, ConfigError> {
+        if json.len() > MAX_CONFIG_BYTES {
+            return Err(ConfigError::TooLarge { bytes: json.len() as u64 });
+        }
+        let value: Value = serde_json::from_str(json).map_err(|e| ConfigError::Json {
+            line: e.line() as u64,
+            column: e.column() as u64,
+            message: e.to_string().split(" at line ").next().unwrap_or_default().to_string(),
+        })?;
+        let Value::Object(map) = value else {
+            return Err(ConfigError::NotAnObject);
+        };
+        let map = &map;
+        Ok(RawConfig {
+            model_type: string(map, &["model_type"])?,
+            vocab_size: uint(map, &["vocab_size"])?,
+            hidden_size: uint(map, &["hidden_size", "n_embd", "d_model"])?,
+            num_hidden_layers: uint(map, &["num_hidden_layers", "n_layer", "num_layers"])?,
+            num_attention_heads: uint(map, &["num_attention_heads", "n_head"])?,
+            num_key_value_heads: uint(map, &["num_key_value_heads"])?,
+            head_dim: uint(map, &["head_dim"])?,
+            intermediate_size: uint(map, &["intermediate_size", "n_inner", "ffn_dim"])?,
+            hidden_act: string(map, &["hidden_act", "activation_function"])?,
+            hidden_activation: string(map, &["hidden_activation"])?,
+            max_position_embeddings: uint(map, &["max_position_embeddings", "n_positions"])?,
+            tie_word_embeddings: boolean(map, &["tie_word_embeddings"])?,
+            attention_bias: boolean(map, &["attention_bias"])?,
+            mlp_bias: boolean(map, &["mlp_bias"])?,
+            num_local_experts: uint(map, &["num_local_experts", "num_experts"])?,
+            num_experts_per_tok: uint(map, &["num_experts_per_tok"])?,
+            attention_dropout: float(
+                map,
+                &["attention_dropout", "attention_probs_dropout_prob", "attn_pdrop"],
+            )?,
+            hidden_dropout: float(map, &["hidden_dropout_prob", "resid_pdrop", "hidden_dropout"])?,
+            embedding_dropout: float(map, &["embd_pdrop"])?,
+            rotary_pct: float(map, &["rotary_pct", "partial_rotary_factor"])?,
+            use_parallel_residual: boolean(map, &["use_parallel_residual"])?,
+            type_vocab_size: uint(map, &["type_vocab_size"])?,
+            attn_logit_softcapping: float(map, &["attn_logit_softcapping"])?,
+            final_logit_softcapping: float(map, &["final_logit_softcapping"])?,
+        })
+    }
+}

@@ -1,0 +1,132 @@
+//! Optimizer state and the step's temporaries, per parameter tensor.
+//!
+//! State is created lazily at the first `step()` (so the first step's peak includes it); the
+//! default foreach implementations allocate whole lists of temporaries at once.
+
+use crate::graph::Graph;
+use crate::setup::{Optimizer, TrainSetup};
+use crate::timeline::{Component, Tid};
+use crate::units::{DType, Overflow};
+
+/// bitsandbytes quantises state block-wise: one fp32 absmax per 256 elements.
+pub(crate) const BNB_BLOCK: u64 = 256;
+/// bitsandbytes keeps parameters with fewer elements than this in 32-bit state.
+pub(crate) const BNB_MIN_8BIT_SIZE: u64 = 4096;
+/// Paged optimizers put state buffers of at least this many elements in managed memory.
+pub(crate) const BNB_PAGED_MIN: u64 = 100_000;
+
+/// Persistent state bytes for one parameter tensor of `numel` elements (`matrix` = its 2-D
+/// shape), with `dtype` the state dtype for optimizers that follow the parameter.
+pub(crate) fn state_bytes(
+    opt: Optimizer,
+    numel: u64,
+    matrix: Option<(u64, u64)>,
+    dtype: DType,
+    count_paged: bool,
+) -> Result<u64, Overflow> {
+    let m = |k: u64| numel.checked_mul(k).ok_or(Overflow);
+    Ok(match opt {
+        Optimizer::Sgd => 0,
+        Optimizer::SgdMomentum | Optimizer::Lion => m(dtype.size())?,
+        Optimizer::Adam | Optimizer::Adamw => m(2 * dtype.size())?,
+        Optimizer::Adafactor => match matrix {
+            Some((r, c)) => r.checked_add(c).ok_or(Overflow)? * dtype.size(),
+            None => m(dtype.size())?,
+        },
+        Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => {
+            if numel < BNB_MIN_8BIT_SIZE {
+                m(8)?
+            } else if opt == Optimizer::PagedAdamw8bit && numel >= BNB_PAGED_MIN && !count_paged {
+                // Managed memory: outside the caching allocator's count.
+                0
+            } else {
+                m(2)?.checked_add(numel.div_ceil(BNB_BLOCK) * 2 * 4).ok_or(Overflow)?
+            }
+        }
+    })
+}
+
+/// The optimizer across steps.
+pub(crate) struct OptimizerRun {
+    opt: Optimizer,
+    dtype: DType,
+    sizes: Vec<u64>,
+    state: Vec<Tid>,
+    cpu: bool,
+}
+
+impl OptimizerRun {
+    pub(crate) fn new(
+        setup: &TrainSetup,
+        param_dtype: DType,
+        sizes: &[u64],
+        cpu: bool,
+    ) -> OptimizerRun {
+        let default = match setup.optimizer {
+            Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => DType::U8,
+            _ => param_dtype,
+        };
+        OptimizerRun {
+            opt: setup.optimizer,
+            dtype: setup.optimizer_state_dtype.unwrap_or(default),
+            sizes: sizes.to_vec(),
+            state: Vec::new(),
+            cpu,
+        }
+    }
+
+    /// `optimizer.step()`.
+    pub(crate) fn step(&mut self, g: &mut Graph) -> Result<(), Overflow> {
+        let first = self.state.is_empty();
+        if first {
+            for (i, &numel) in self.sizes.iter().enumerate() {
+                let matrix = g.params.get(i).and_then(|p| p.matrix);
+                let bytes = state_bytes(self.opt, numel, matrix, self.dtype, false)?;
+                // torch keeps `step` as a 0-d fp32 tensor on the CPU (not device memory).
+                let step =
+                    if self.cpu && !matches!(self.opt, Optimizer::Sgd | Optimizer::SgdMomentum) {
+                        4
+                    } else {
+                        0
+                    };
+                if bytes + step > 0 {
+                    self.state.push(g.tl.alloc(Component::OptimizerState, bytes + step)?);
+                }
+            }
+        }
+        let state_size = match self.opt {
+            Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => 0,
+            _ => self.dtype.size(),
+        };
+        // Foreach temporaries, one list at a time.
+        let temp: u64 = match self.opt {
+            // exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs): one per parameter.
+            Optimizer::Adam | Optimizer::Adamw => self
+                .sizes
+                .iter()
+                .try_fold(0u64, |a, &n| a.checked_add(n * state_size))
+                .ok_or(Overflow)?,
+            // var_estimates = row_var @ col_var for every matrix (grad dtype).
+            Optimizer::Adafactor => {
+                let mut matrices = 0u64;
+                let mut vectors = 0u64;
+                for (i, &n) in self.sizes.iter().enumerate() {
+                    if g.params.get(i).and_then(|p| p.matrix).is_some() {
+                        matrices = matrices.checked_add(n * state_size).ok_or(Overflow)?;
+                    } else {
+                        vectors += n * state_size;
+                    }
+                }
+                matrices.max(vectors)
+            }
+            // lion-pytorch: one update tensor at a time.
+            Optimizer::Lion => self.sizes.iter().copied().max().unwrap_or(0) * state_size,
+            _ => 0,
+        };
+        if temp > 0 {
+            let t = g.tl.alloc(Component::Temporaries, temp)?;
+            g.tl.release(t);
+        }
+        Ok(())
+    }
+}
