@@ -261,6 +261,7 @@ def run_case(case: dict, versions: dict) -> dict:
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
         n_params = sum(p.numel() for p in model.parameters())
+        experts_impl = getattr(model.config, "_experts_implementation_internal", None)
         param_dtypes = sorted({str(p.dtype) for p in model.parameters()})
         opt = build_optimizer(torch, case["optimizer"], model.parameters(), foreach)
         t_built = time.perf_counter()
@@ -341,6 +342,8 @@ def run_case(case: dict, versions: dict) -> dict:
     ]
     if versions.get("autocast_rules") == "cuda" and precision in ("fp16-mixed", "bf16-mixed"):
         notes.append("autocast_rules=cuda (CUDA float32 op lists emulated on the CPU autocast key)")
+    if model_type == "mixtral" and experts_impl:
+        notes.append(f"experts_implementation={experts_impl}")
     if tracker.scalar_reads:
         notes.append(f"item_calls_answered_1={tracker.scalar_reads}")
     if case.get("note"):
