@@ -31,6 +31,8 @@ pub use estimate::{
 };
 pub use gpu::{Gpu, GpuCatalogError};
 pub use model::{Architecture, ConfigError, ModelSpec};
-pub use setup::{Attention, Checkpointing, Optimizer, Precision, Target, TrainSetup, UnknownName};
+pub use setup::{
+    Attention, Checkpointing, Optimizer, OptimizerImpl, Precision, Target, TrainSetup, UnknownName,
+};
 pub use timeline::{Component, Phase};
 pub use units::{Bytes, DType, Overflow};

@@ -4,7 +4,7 @@
 //! default foreach implementations allocate whole lists of temporaries at once.
 
 use crate::graph::Graph;
-use crate::setup::{Optimizer, TrainSetup};
+use crate::setup::{Optimizer, OptimizerImpl, TrainSetup};
 use crate::timeline::{Component, Tid};
 use crate::units::{DType, Overflow};
 
@@ -53,6 +53,7 @@ pub(crate) struct OptimizerRun {
     sizes: Vec<u64>,
     state: Vec<Tid>,
     cpu: bool,
+    implementation: OptimizerImpl,
 }
 
 impl OptimizerRun {
@@ -72,6 +73,7 @@ impl OptimizerRun {
             sizes: sizes.to_vec(),
             state: Vec::new(),
             cpu,
+            implementation: setup.optimizer_impl,
         }
     }
 
@@ -122,6 +124,16 @@ impl OptimizerRun {
             // lion-pytorch: one update tensor at a time.
             Optimizer::Lion => self.sizes.iter().copied().max().unwrap_or(0) * state_size,
             _ => 0,
+        };
+        let largest = self.sizes.iter().copied().max().unwrap_or(0) * state_size;
+        let temp = match (self.implementation, self.opt) {
+            (OptimizerImpl::Fused, _) => 0,
+            // Single-tensor Adam: `exp_avg_sq.sqrt() / bias_correction2_sqrt` holds two
+            // temporaries of one parameter at once.
+            (OptimizerImpl::ForLoop, Optimizer::Adam | Optimizer::Adamw) => 2 * largest,
+            (OptimizerImpl::ForLoop, Optimizer::Adafactor) => largest,
+            (OptimizerImpl::ForLoop, _) => temp.min(largest),
+            (OptimizerImpl::Foreach, _) => temp,
         };
         if temp > 0 {
             let t = g.tl.alloc(Component::Temporaries, temp)?;

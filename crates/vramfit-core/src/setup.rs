@@ -200,6 +200,38 @@ pub struct TrainSetup {
     pub grad_accum: u64,
     /// Where the step runs.
     pub target: Target,
+    /// How `torch.optim` runs the step (foreach, the CUDA default, unless told otherwise).
+    #[serde(default)]
+    pub optimizer_impl: OptimizerImpl,
+}
+
+/// The implementation `torch.optim` runs `step()` with; it decides the step's temporaries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OptimizerImpl {
+    /// `foreach=True` (default on CUDA): whole lists of temporaries at once (Adam: one
+    /// `exp_avg_sq.sqrt()` per parameter).
+    #[default]
+    Foreach,
+    /// `foreach=False` (single-tensor loop, the CPU default): temporaries one parameter at a time.
+    ForLoop,
+    /// `fused=True`: one kernel per group, no temporaries.
+    Fused,
+}
+
+impl OptimizerImpl {
+    /// All variants.
+    pub const ALL: [OptimizerImpl; 3] =
+        [OptimizerImpl::Foreach, OptimizerImpl::ForLoop, OptimizerImpl::Fused];
+
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            OptimizerImpl::Foreach => "foreach",
+            OptimizerImpl::ForLoop => "for-loop",
+            OptimizerImpl::Fused => "fused",
+        }
+    }
 }
 
 impl Default for TrainSetup {
@@ -214,6 +246,7 @@ impl Default for TrainSetup {
             checkpointing: Checkpointing::None,
             grad_accum: 1,
             target: Target::Cuda,
+            optimizer_impl: OptimizerImpl::Foreach,
         }
     }
 }
@@ -272,6 +305,10 @@ named_enum!(Optimizer, "optimizer",
 named_enum!(Attention, "attention",
     "flash_attention_2" => Attention::Flash, "flash-attention" => Attention::Flash,
     "flash_attention" => Attention::Flash,
+);
+named_enum!(OptimizerImpl, "optimizer implementation",
+    "forloop" => OptimizerImpl::ForLoop, "for_loop" => OptimizerImpl::ForLoop,
+    "single-tensor" => OptimizerImpl::ForLoop,
 );
 named_enum!(Checkpointing, "checkpointing",
     "off" => Checkpointing::None, "no" => Checkpointing::None, "false" => Checkpointing::None,

@@ -4,7 +4,7 @@
 //! gets follows autocast's rules.
 
 use crate::graph::{Grad, Graph, ParamId};
-use crate::model::{Activation, Head, ModelSpec, Norm, Positions};
+use crate::model::{Activation, Architecture, Head, ModelSpec, Norm, Positions};
 use crate::setup::{Attention, Checkpointing, Precision, Target, TrainSetup};
 use crate::timeline::Phase;
 use crate::units::{DType, Overflow};
@@ -483,7 +483,17 @@ fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R<T> {
                     g.drop(t.id);
                 }
             }
-            out
+            // The kernel writes its output in the query's memory layout. A query made
+            // contiguous in `[B, H, S, D]` (by NeoX's partial-rotary `cat`) makes the
+            // `transpose(1, 2).reshape(...)` before the output projection a copy.
+            if partial_rotary(s) {
+                let copy = new(g, out.dt, out.numel)?;
+                g.record(&[copy.id], &[], vec![Grad::Pass(out.id)]);
+                g.drop(out.id);
+                copy
+            } else {
+                out
+            }
         }
         Kernel::Math | Kernel::Eager => {
             // scores = q @ kᵀ (scaled), + mask, softmax in fp32, dropout, @ v.
@@ -528,15 +538,27 @@ fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R<T> {
             }
             let masked = unary(g, cur, cur.dt, false, false)?;
             g.drop(cur.id);
-            // softmax(dtype=float32): a fp32 copy of a 16-bit input, then the saved result.
-            let (m32, copied) = to(g, masked, DType::F32)?;
+            // Llama-family eager code calls softmax(dtype=float32).to(q.dtype): a fp32 copy of a
+            // 16-bit input, then the saved fp32 result. GPT-2 and BERT call plain softmax, which
+            // CUDA autocast runs in fp32 but CPU autocast leaves in the low dtype.
+            let explicit_fp32 = !matches!(
+                s.architecture,
+                Architecture::Gpt2 | Architecture::Bert | Architecture::Roberta
+            );
+            let softmax_dt = if math || explicit_fp32 || (cx.autocast && !cx.cpu) {
+                DType::F32
+            } else {
+                masked.dt
+            };
+            let (m32, copied) = to(g, masked, softmax_dt)?;
             if copied {
                 g.drop(masked.id);
             }
-            let probs = unary(g, m32, DType::F32, false, true)?;
+            let probs = unary(g, m32, softmax_dt, false, true)?;
             g.drop(m32.id);
             // .to(query dtype)
-            let (pq, copied) = if math { (probs, false) } else { to(g, probs, q.dt)? };
+            let (pq, copied) =
+                if math || !explicit_fp32 { (probs, false) } else { to(g, probs, q.dt)? };
             if copied {
                 g.drop(probs.id);
             }
@@ -565,7 +587,11 @@ fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R<T> {
             if ocp {
                 g.drop(o.id);
             }
-            oc
+            // `[B, H, S, D]` → `transpose(1, 2).reshape(B, S, H·D)`: a copy.
+            let copy = new(g, oc.dt, oc.numel)?;
+            g.record(&[copy.id], &[], vec![Grad::Pass(oc.id)]);
+            g.drop(oc.id);
+            copy
         }
     };
     if k_rep {
@@ -575,6 +601,10 @@ fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R<T> {
         g.drop(v.id);
     }
     Ok(out)
+}
+
+fn partial_rotary(s: &ModelSpec) -> bool {
+    matches!(s.positions, Positions::Rotary { dims } if dims < s.head_dim)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -640,7 +670,9 @@ fn layer_forward(g: &mut Graph, cx: &Ctx<'_>, m: &Model, x: T, layer: usize) -> 
         let rows_q = mul(n, s.n_heads)?;
         let rows_k = mul(n, s.n_kv_heads)?;
         let qn = norm_headwise(g, cx, q, &lp.qk_norm[..1], rows_q)?;
+        g.drop(q.id);
         let kn = norm_headwise(g, cx, k, &lp.qk_norm[1..], rows_k)?;
+        g.drop(k.id);
         (qn, kn)
     } else {
         (q, k)
@@ -658,19 +690,13 @@ fn layer_forward(g: &mut Graph, cx: &Ctx<'_>, m: &Model, x: T, layer: usize) -> 
     if kr.id != k.id {
         g.drop(kr.id);
     }
-    if s.qk_norm {
-        g.drop(q.id);
-        g.drop(k.id);
-    }
     let o = linear(g, cx, attn, s.hidden_size, lp.o.unwrap_or(lp.qkv[0]), lp.o_bias)?;
     g.drop(attn.id);
     if s.fused_qkv {
         g.drop(q.id);
     } else {
-        if !s.qk_norm {
-            g.drop(q.id);
-            g.drop(k.id);
-        }
+        g.drop(q.id);
+        g.drop(k.id);
         g.drop(v.id);
     }
     let o = if s.sandwich_norm {
