@@ -1,0 +1,96 @@
+//! Properties of the simulated step that must hold for every model and setup.
+
+use proptest::prelude::*;
+use vramfit_core::{
+    Attention, Checkpointing, DType, ModelSpec, Optimizer, Precision, Target, TrainSetup, catalog,
+    estimate,
+};
+
+const MODELS: &[&str] = &[
+    "gpt2",
+    "pythia-160m",
+    "qwen2.5-0.5b",
+    "qwen3-0.6b",
+    "bert-base-uncased",
+    "llama-3.2-1b",
+    "gemma-2-2b",
+];
+
+fn spec(i: usize) -> ModelSpec {
+    let name = MODELS[i % MODELS.len()];
+    ModelSpec::from_hf_config(catalog::config_json(name).expect("catalog")).expect("parses")
+}
+
+fn setup_strategy() -> impl Strategy<Value = TrainSetup> {
+    (
+        1u64..6,
+        prop::sample::select(vec![128u64, 256, 512, 1000]),
+        prop::sample::select(Precision::ALL.to_vec()),
+        prop::sample::select(Optimizer::ALL.to_vec()),
+        prop::sample::select(vec![Attention::Eager, Attention::Sdpa]),
+        1u64..3,
+        prop::sample::select(vec![Target::Cuda, Target::CpuOracle]),
+    )
+        .prop_map(
+            |(micro_batch, seq_len, precision, optimizer, attention, grad_accum, target)| {
+                TrainSetup {
+                    micro_batch,
+                    seq_len,
+                    precision,
+                    optimizer,
+                    attention,
+                    grad_accum,
+                    target,
+                    ..TrainSetup::default()
+                }
+            },
+        )
+}
+
+fn peak(spec: &ModelSpec, setup: &TrainSetup) -> u64 {
+    estimate(spec, setup).expect("estimate").peak_allocated.get()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn memory_is_monotone_in_batch(m in 0usize..7, setup in setup_strategy()) {
+        let s = spec(m);
+        let bigger = TrainSetup { micro_batch: setup.micro_batch + 1, ..setup.clone() };
+        prop_assert!(peak(&s, &bigger) >= peak(&s, &setup));
+    }
+
+    #[test]
+    fn memory_is_monotone_in_sequence_length(m in 0usize..7, setup in setup_strategy()) {
+        let s = spec(m);
+        let longer = TrainSetup { seq_len: setup.seq_len + 64, ..setup.clone() };
+        prop_assert!(peak(&s, &longer) >= peak(&s, &setup));
+    }
+
+    #[test]
+    fn checkpointing_never_increases_the_peak(m in 0usize..7, setup in setup_strategy()) {
+        let s = spec(m);
+        let none = TrainSetup { checkpointing: Checkpointing::None, ..setup.clone() };
+        let full = TrainSetup { checkpointing: Checkpointing::Full, ..setup };
+        prop_assert!(peak(&s, &full) <= peak(&s, &none));
+    }
+
+    #[test]
+    fn bf16_optimizer_state_is_never_larger_than_fp32(m in 0usize..7, setup in setup_strategy()) {
+        let s = spec(m);
+        let fp32 = TrainSetup { optimizer_state_dtype: Some(DType::F32), ..setup.clone() };
+        let bf16 = TrainSetup { optimizer_state_dtype: Some(DType::Bf16), ..setup };
+        let a = estimate(&s, &bf16).unwrap();
+        let b = estimate(&s, &fp32).unwrap();
+        prop_assert!(a.model_states <= b.model_states);
+        prop_assert!(a.peak_allocated <= b.peak_allocated);
+    }
+
+    #[test]
+    fn the_breakdown_sums_to_the_peak(m in 0usize..7, setup in setup_strategy()) {
+        let e = estimate(&spec(m), &setup).unwrap();
+        prop_assert_eq!(e.components_at_peak.total(), e.peak_allocated);
+        prop_assert!(e.model_states.get() <= e.peak_allocated.get() + e.model_states_detail.gradients.get());
+    }
+}
