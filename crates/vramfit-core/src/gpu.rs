@@ -125,7 +125,7 @@ impl GpuChoice {
     pub fn label(&self) -> String {
         match self {
             GpuChoice::Known(g) => g.name.clone(),
-            GpuChoice::Capacity(b) => format!("{b} GPU"),
+            GpuChoice::Capacity(b) => format!("a {b} GPU"),
         }
     }
 
