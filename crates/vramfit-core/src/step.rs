@@ -165,14 +165,15 @@ pub(crate) fn build_model(g: &mut Graph, cx: &Ctx<'_>) -> R<Model> {
             l.sandwich = norm(g, &mut param, h)?;
             l.sandwich.extend(norm(g, &mut param, h)?);
         }
-        let experts = match s.moe {
-            Some(m) => {
-                l.router = Some(matrix(g, h, m.experts, &mut param)?);
-                m.experts
-            }
-            None => 1,
-        };
-        for _ in 0..experts {
+        if let Some(m) = s.moe {
+            // transformers 5 keeps each layer's experts as two 3-D parameters:
+            // gate_up_proj [E, 2I, H] and down_proj [E, H, I].
+            l.router = Some(matrix(g, h, m.experts, &mut param)?);
+            l.mlp.push(matrix(g, mul(m.experts, 2 * i)?, h, &mut param)?);
+            l.mlp.push(matrix(g, mul(m.experts, h)?, i, &mut param)?);
+        }
+        let dense_mlps = if s.moe.is_some() { 0 } else { 1 };
+        for _ in 0..dense_mlps {
             if s.gated_mlp {
                 if s.fused_gate_up {
                     l.mlp.push(matrix(g, h, 2 * i, &mut param)?);
@@ -263,10 +264,10 @@ fn linear(
     let mut saved = vec![xc.id];
     saved.extend(wc);
     let _ = bc;
-    let mut grads = vec![
-        Grad::New(xc.id, xc.bytes()),
-        Grad::Param(w, mul(mul(in_features, out_features)?, odt.size())?),
-    ];
+    // The weight's gradient has the whole parameter's shape (for MoE experts, all of them).
+    let w_numel =
+        g.params.get(w.0).map_or(mul(in_features, out_features)?, |p| p.bytes / cx.p.size());
+    let mut grads = vec![Grad::New(xc.id, xc.bytes()), Grad::Param(w, mul(w_numel, odt.size())?)];
     if let Some(b) = bias {
         grads.push(Grad::Param(b, mul(out_features, odt.size())?));
     }
@@ -839,31 +840,54 @@ fn mlp_expert(g: &mut Graph, cx: &Ctx<'_>, x: T, w: &[ParamId], bias: &[ParamId]
     }
 }
 
-/// Mixtral's sparse MoE: router logits, softmax (fp32), top-k, and each expert on its share
-/// of the tokens (tokens × top_k / experts each, the balanced expectation).
+/// Mixtral's sparse MoE: router logits, softmax in fp32, top-k; every token's hidden state is
+/// gathered once per chosen expert (`tokens × top_k` rows, whatever the routing), run through
+/// the experts' fused gate/up and down projections, scaled by its routing weight (fp32) and
+/// added back into a zero-initialised output.
 fn moe(g: &mut Graph, cx: &Ctx<'_>, lp: &LayerParams, x: T) -> R<T> {
     let s = cx.spec;
     let Some(m) = s.moe else { return mlp(g, cx, lp, x) };
-    let router = lp.router.unwrap_or(lp.mlp[0]);
-    let logits = linear(g, cx, x, m.experts, router, None)?;
-    let probs = unary(g, logits, DType::F32, false, true)?;
-    g.drop(logits.id);
-    let out = new(g, x.dt, x.numel)?;
-    let per_expert = (cx.n * m.top_k).div_ceil(m.experts);
+    let (Some(router), Some(&gate_up), Some(&down)) = (lp.router, lp.mlp.first(), lp.mlp.get(1))
+    else {
+        return Ok(x);
+    };
     let h = s.hidden_size;
-    let stride = if s.fused_gate_up { 2 } else { 3 };
-    for e in 0..m.experts as usize {
-        let sel = new(g, x.dt, mul(per_expert, h)?)?;
-        g.record(&[sel.id], &[], vec![Grad::New(x.id, sel.bytes())]);
-        let w = lp.mlp.get(e * stride..e * stride + stride).unwrap_or(&lp.mlp[..]);
-        let y = mlp_expert(g, cx, sel, w, &[], s.intermediate_size)?;
-        g.drop(sel.id);
-        let wy = mul2(g, y, T { id: probs.id, dt: DType::F32, numel: per_expert })?;
-        g.drop(y.id);
-        g.record(&[out.id], &[], vec![Grad::New(wy.id, wy.bytes())]);
-        g.drop(wy.id);
+    let i = s.intermediate_size;
+    let logits = linear(g, cx, x, m.experts, router, None)?;
+    let (l32, copied) = to(g, logits, DType::F32)?;
+    let probs = unary(g, l32, DType::F32, false, true)?;
+    if copied {
+        g.drop(l32.id);
     }
+    g.drop(logits.id);
+    // top-k values, renormalised: small fp32 [tokens, k].
+    let weights = new(g, DType::F32, mul(cx.n, m.top_k)?)?;
+    g.record(&[weights.id], &[], vec![Grad::New(probs.id, probs.bytes())]);
     g.drop(probs.id);
+    let out = new(g, x.dt, x.numel)?;
+    let rows = mul(cx.n, m.top_k)?;
+    let rcx = Ctx { n: rows, ..*cx };
+    let sel = new(g, x.dt, mul(rows, h)?)?;
+    g.record(&[sel.id], &[], vec![Grad::New(x.id, x.bytes())]);
+    let gu = linear(g, &rcx, sel, 2 * i, gate_up, None)?;
+    g.drop(sel.id);
+    let gate = T { numel: mul(rows, i)?, ..gu };
+    let a = activation(g, &rcx, gate)?;
+    let p = mul2(g, a, gate)?;
+    g.drop(a.id);
+    g.drop(gu.id);
+    let d = linear(g, &rcx, p, h, down, None)?;
+    g.drop(p.id);
+    let wd = mul2(g, d, T { numel: rows, ..weights })?;
+    g.drop(d.id);
+    g.drop(weights.id);
+    let (wc, copied) = to(g, wd, x.dt)?;
+    if copied {
+        g.drop(wd.id);
+    }
+    // index_add_ into `out` (in place); its gradient is gathered back per row.
+    g.record(&[out.id], &[], vec![Grad::New(wc.id, wc.bytes())]);
+    g.drop(wc.id);
     Ok(out)
 }
 
@@ -874,8 +898,13 @@ fn embed(g: &mut Graph, cx: &Ctx<'_>, m: &Model) -> R<T> {
     let h = s.hidden_size;
     let e = mul(n, h)?;
     let grad_of = |g: &Graph, p: ParamId| Grad::Param(p, g.params.get(p.0).map_or(0, |x| x.bytes));
+    // The dense weight gradient of `embedding`: on the CPU oracle the backward is traced
+    // through its decomposition (`new_zeros` + out-of-place `index_put`), so two table-sized
+    // buffers exist at once; CUDA's kernel writes one.
+    let table =
+        |g: &Graph, p: ParamId| if cx.cpu { g.params.get(p.0).map_or(0, |x| x.bytes) } else { 0 };
     let mut x = new(g, cx.p, e)?;
-    g.record(&[x.id], &[], vec![grad_of(g, m.embed)]);
+    g.record_with_transient(&[x.id], &[], vec![grad_of(g, m.embed)], table(g, m.embed));
     if s.scaled_embeddings {
         let y = unary(g, x, x.dt, false, false)?;
         g.drop(x.id);

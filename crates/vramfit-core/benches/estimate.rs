@@ -1,0 +1,94 @@
+//! `cargo bench -p vramfit-core`: times `estimate` in-process and compares it with the
+//! PyTorch oracle's time for the same case (`oracle_seconds` in `validation/results.jsonl`).
+//! A plain timing loop (no harness): build with `--release` as `cargo bench` does.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use vramfit_core::{
+    Attention, Checkpointing, ModelSpec, Optimizer, Precision, Target, TrainSetup, catalog,
+    estimate,
+};
+
+fn time(spec: &ModelSpec, setup: &TrainSetup) -> Duration {
+    // Warm up, then take the median of several batches.
+    for _ in 0..3 {
+        black_box(estimate(spec, setup).expect("estimate"));
+    }
+    let mut samples: Vec<Duration> = (0..15)
+        .map(|_| {
+            let n = 10;
+            let start = Instant::now();
+            for _ in 0..n {
+                black_box(estimate(black_box(spec), black_box(setup)).expect("estimate"));
+            }
+            start.elapsed() / n
+        })
+        .collect();
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn spec(name: &str) -> ModelSpec {
+    ModelSpec::from_hf_config(catalog::config_json(name).expect("catalog")).expect("parses")
+}
+
+fn main() {
+    let seventy = spec("llama-3.1-70b");
+    let setup = TrainSetup {
+        micro_batch: 1,
+        seq_len: 4096,
+        precision: Precision::Bf16Mixed,
+        optimizer: Optimizer::Adamw,
+        attention: Attention::Sdpa,
+        checkpointing: Checkpointing::Full,
+        ..TrainSetup::default()
+    };
+    let t70 = time(&seventy, &setup);
+    println!(
+        "estimate llama-3.1-70b b1 s4096 bf16-mixed adamw sdpa ckpt=full: {:.3} ms (budget 5 ms)",
+        t70.as_secs_f64() * 1e3
+    );
+    let t70_none =
+        time(&seventy, &TrainSetup { checkpointing: Checkpointing::None, ..setup.clone() });
+    println!(
+        "estimate llama-3.1-70b b1 s4096 bf16-mixed adamw sdpa ckpt=none: {:.3} ms",
+        t70_none.as_secs_f64() * 1e3
+    );
+
+    // The oracle's time for its largest case, and vramfit's for the same case.
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/results.jsonl");
+    let Ok(text) = std::fs::read_to_string(path) else {
+        println!("validation/results.jsonl not found: no oracle comparison");
+        return;
+    };
+    let largest = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|c| c.get("config_overrides").is_none())
+        .max_by_key(|c| c.get("params").and_then(Value::as_u64).unwrap_or(0));
+    let Some(case) = largest else { return };
+    let get = |k: &str| case.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+    let num = |k: &str| case.get(k).and_then(Value::as_u64).unwrap_or(1);
+    let setup = TrainSetup {
+        micro_batch: num("batch"),
+        seq_len: num("seq_len"),
+        precision: get("precision").parse().expect("precision"),
+        optimizer: get("optimizer").parse().expect("optimizer"),
+        attention: get("attention").parse().expect("attention"),
+        checkpointing: get("checkpointing").parse().expect("checkpointing"),
+        grad_accum: num("grad_accum"),
+        target: Target::CpuOracle,
+        ..TrainSetup::default()
+    };
+    let oracle_s = case.get("oracle_seconds").and_then(Value::as_f64).unwrap_or(0.0);
+    let ours = time(&spec(&get("model")), &setup);
+    println!(
+        "oracle case {}: PyTorch oracle {:.1} s, vramfit {:.3} ms: {:.0}x faster",
+        get("id"),
+        oracle_s,
+        ours.as_secs_f64() * 1e3,
+        oracle_s / ours.as_secs_f64()
+    );
+}
