@@ -24,20 +24,13 @@ pub(crate) enum Grad {
     Param(ParamId, u64),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) enum Node {
-    Op {
-        outputs: Vec<Tid>,
-        saved: Vec<Tid>,
-        grads: Vec<Grad>,
-        transient: u64,
-    },
+    /// An op: its output, what it saved and how it makes its inputs' gradients (ranges into
+    /// the graph's pools, so recording allocates nothing per node).
+    Op { output: Tid, saved: (u32, u32), grads: (u32, u32), transient: u64 },
     /// A checkpointed segment: only its input is kept; backward replays it.
-    Checkpoint {
-        input: Tid,
-        output: Tid,
-        segment: usize,
-    },
+    Checkpoint { input: Tid, output: Tid, segment: usize },
 }
 
 /// A parameter's bookkeeping during a step.
@@ -57,7 +50,11 @@ pub(crate) struct ParamState {
 
 pub(crate) struct Graph {
     pub(crate) tl: Timeline,
-    pub(crate) nodes: Vec<Node>,
+    nodes: Vec<Node>,
+    saved_pool: Vec<Tid>,
+    grad_pool: Vec<Grad>,
+    scratch: Vec<(Tid, Tid)>,
+    param_scratch: Vec<(ParamId, Tid)>,
     grad_of: Vec<Option<Tid>>,
     pub(crate) params: Vec<ParamState>,
     /// While false (inside a checkpointed segment's first forward), nothing is saved.
@@ -69,6 +66,10 @@ impl Graph {
         Graph {
             tl,
             nodes: Vec::with_capacity(4096),
+            saved_pool: Vec::with_capacity(8192),
+            grad_pool: Vec::with_capacity(8192),
+            scratch: Vec::new(),
+            param_scratch: Vec::new(),
             grad_of: Vec::new(),
             params: Vec::new(),
             saving: true,
@@ -135,17 +136,49 @@ impl Graph {
         grads: Vec<Grad>,
         transient: u64,
     ) {
-        let mut kept = Vec::with_capacity(saved.len());
+        let Some(&output) = outputs.first() else { return };
+        let saved_start = self.saved_pool.len() as u32;
         if self.saving {
             for &s in saved {
                 self.tl.retain(s);
                 if self.tl.component_of(s) == Some(Component::Temporaries) {
                     self.tl.recategorize(s, Component::Activations);
                 }
-                kept.push(s);
+                self.saved_pool.push(s);
             }
         }
-        self.nodes.push(Node::Op { outputs: outputs.to_vec(), saved: kept, grads, transient });
+        let saved_len = self.saved_pool.len() as u32 - saved_start;
+        let grads_start = self.grad_pool.len() as u32;
+        self.grad_pool.extend(grads);
+        let grads_len = self.grad_pool.len() as u32 - grads_start;
+        self.nodes.push(Node::Op {
+            output,
+            saved: (saved_start, saved_len),
+            grads: (grads_start, grads_len),
+            transient,
+        });
+    }
+
+    /// The number of recorded nodes (a mark for [`Graph::truncate`]).
+    pub(crate) fn mark(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Forgets the nodes recorded since `mark` (a checkpointed segment's first forward, which
+    /// saved nothing).
+    pub(crate) fn truncate(&mut self, mark: usize) {
+        while self.nodes.len() > mark {
+            self.pop_node();
+        }
+    }
+
+    fn pop_node(&mut self) -> Option<Node> {
+        let node = self.nodes.pop()?;
+        if let Node::Op { saved, grads, .. } = node {
+            self.saved_pool.truncate(saved.0 as usize);
+            self.grad_pool.truncate(grads.0 as usize);
+        }
+        Some(node)
     }
 
     pub(crate) fn record_checkpoint(&mut self, input: Tid, output: Tid, segment: usize) {
@@ -225,16 +258,17 @@ impl Graph {
         replay: &mut dyn FnMut(&mut Graph, Tid, usize) -> Result<Tid, Overflow>,
     ) -> Result<(), Overflow> {
         while self.nodes.len() > from {
-            let Some(node) = self.nodes.pop() else { break };
+            let Some(node) = self.nodes.last().copied() else { break };
             match node {
-                Node::Op { outputs, saved, grads, transient } => {
-                    let incoming: Vec<Tid> =
-                        outputs.iter().filter_map(|&o| self.take_grad(o)).collect();
-                    let Some(&first) = incoming.first() else {
+                Node::Op { output, saved, grads, transient } => {
+                    let incoming = self.take_grad(output);
+                    let Some(first) = incoming else {
                         // Nothing flowed back here: release what was saved.
-                        for s in saved {
+                        for k in saved.0..saved.0 + saved.1 {
+                            let s = self.saved_pool[k as usize];
                             self.tl.release(s);
                         }
+                        self.pop_node();
                         continue;
                     };
                     let scratch = if transient > 0 {
@@ -242,41 +276,44 @@ impl Graph {
                     } else {
                         None
                     };
-                    let mut new_grads = Vec::with_capacity(grads.len());
-                    let mut param_grads = Vec::new();
-                    for g in grads {
-                        match g {
+                    self.scratch.clear();
+                    self.param_scratch.clear();
+                    for k in grads.0..grads.0 + grads.1 {
+                        match self.grad_pool[k as usize] {
                             Grad::New(input, bytes) => {
                                 let t = self.tl.alloc(Component::Temporaries, bytes)?;
-                                new_grads.push((input, t));
+                                self.scratch.push((input, t));
                             }
                             Grad::Pass(input) => {
                                 self.tl.retain(first);
-                                new_grads.push((input, first));
+                                self.scratch.push((input, first));
                             }
                             Grad::Param(p, bytes) => {
                                 let t = self.tl.alloc(Component::Temporaries, bytes)?;
-                                param_grads.push((p, t));
+                                self.param_scratch.push((p, t));
                             }
                         }
                     }
                     if let Some(s) = scratch {
                         self.tl.release(s);
                     }
-                    for s in saved {
+                    for k in saved.0..saved.0 + saved.1 {
+                        let s = self.saved_pool[k as usize];
                         self.tl.release(s);
                     }
-                    for g in incoming {
-                        self.tl.release(g);
-                    }
-                    for (input, t) in new_grads {
+                    self.tl.release(first);
+                    self.pop_node();
+                    for k in 0..self.scratch.len() {
+                        let (input, t) = self.scratch[k];
                         self.deposit(input, t);
                     }
-                    for (p, t) in param_grads {
+                    for k in 0..self.param_scratch.len() {
+                        let (p, t) = self.param_scratch[k];
                         self.accumulate_param(p, t)?;
                     }
                 }
                 Node::Checkpoint { input, output, segment } => {
+                    self.pop_node();
                     let incoming = self.take_grad(output);
                     let mark = self.nodes.len();
                     let out = replay(self, input, segment)?;

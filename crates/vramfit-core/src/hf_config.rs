@@ -82,7 +82,7 @@ fn uint(map: &Map<String, Value>, names: &[&'static str]) -> Result<Option<u64>,
     }
     // Some configs write integers as floats (`4096.0`); accept exact integral values only.
     match v.as_f64() {
-        Some(f) if f.fract() == 0.0 && f >= 0.0 && f < 1.8e19 => Ok(Some(f as u64)),
+        Some(f) if f.fract() == 0.0 && (0.0..1.8e19).contains(&f) => Ok(Some(f as u64)),
         _ => Err(ConfigError::WrongType { field: name, expected: "a non-negative integer" }),
     }
 }

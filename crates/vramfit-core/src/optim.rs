@@ -77,10 +77,9 @@ impl OptimizerRun {
         }
     }
 
-    /// `optimizer.step()`.
-    pub(crate) fn step(&mut self, g: &mut Graph) -> Result<(), Overflow> {
-        let first = self.state.is_empty();
-        if first {
+    /// The state the first `step()` creates (`zeros_like` per parameter, in order).
+    pub(crate) fn create_state(&mut self, g: &mut Graph) -> Result<(), Overflow> {
+        if self.state.is_empty() {
             for (i, &numel) in self.sizes.iter().enumerate() {
                 let matrix = g.params.get(i).and_then(|p| p.matrix);
                 let bytes = state_bytes(self.opt, numel, matrix, self.dtype, false)?;
@@ -96,6 +95,12 @@ impl OptimizerRun {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// `optimizer.step()`: creates the state on the first call, then the step's temporaries.
+    pub(crate) fn step(&mut self, g: &mut Graph) -> Result<(), Overflow> {
+        self.create_state(g)?;
         let state_size = match self.opt {
             Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => 0,
             _ => self.dtype.size(),

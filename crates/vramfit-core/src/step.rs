@@ -995,10 +995,10 @@ fn micro_batch(g: &mut Graph, cx: &Ctx<'_>, m: &Model) -> R<()> {
     for layer in 0..s.n_layers as usize {
         let y = if checkpoint {
             g.saving = false;
-            let mark = g.nodes.len();
+            let mark = g.mark();
             let y = layer_forward(g, cx, m, x, layer)?;
             g.saving = true;
-            g.nodes.truncate(mark);
+            g.truncate(mark);
             g.record_checkpoint(x.id, y.id, layer);
             y
         } else {
@@ -1038,7 +1038,7 @@ fn hidden_dtype(cx: &Ctx<'_>) -> DType {
     cx.p
 }
 
-/// Runs two full training iterations (the first creates the optimizer state) and returns the
+/// Runs one steady-state training iteration (micro-batches, step, `zero_grad`) and returns the
 /// graph with its timeline.
 pub(crate) fn simulate(spec: &ModelSpec, setup: &TrainSetup) -> R<(Graph, Vec<u64>)> {
     let precision = setup.precision;
@@ -1061,13 +1061,16 @@ pub(crate) fn simulate(spec: &ModelSpec, setup: &TrainSetup) -> R<(Graph, Vec<u6
     }
     let sizes: Vec<u64> = g.params.iter().map(|p| p.bytes / cx.p.size()).collect();
     let mut opt = crate::optim::OptimizerRun::new(setup, cx.p, &sizes, cx.cpu);
-    for _ in 0..2 {
-        for _ in 0..setup.grad_accum {
-            micro_batch(&mut g, &cx, &model)?;
-        }
-        g.tl.set_phase(Phase::OptimizerStep);
-        opt.step(&mut g)?;
-        g.zero_grad();
+    // The steady state: the optimizer state exists before the forward (the previous step
+    // created it). The first iteration of a run is the same stream without that state, and
+    // its first `step()` creates the state with every gradient alive, which is exactly the
+    // steady-state step; so one steady iteration has the peak of any number of them.
+    opt.create_state(&mut g)?;
+    for _ in 0..setup.grad_accum {
+        micro_batch(&mut g, &cx, &model)?;
     }
+    g.tl.set_phase(Phase::OptimizerStep);
+    opt.step(&mut g)?;
+    g.zero_grad();
     Ok((g, sizes))
 }

@@ -2,8 +2,8 @@
 //! numbers come out, and the searches behave.
 
 use vramfit_core::{
-    Bytes, ConfigError, DType, EstimateError, ModelSpec, Optimizer, Phase, Precision, TrainSetup,
-    catalog, estimate, max_micro_batch, model_states_for_params, parse_count,
+    Bytes, DType, EstimateError, ModelSpec, Optimizer, Phase, Precision, TrainSetup, catalog,
+    estimate, max_micro_batch, model_states_for_params, parse_count,
 };
 
 fn spec(name: &str) -> ModelSpec {
