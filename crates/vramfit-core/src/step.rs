@@ -777,18 +777,25 @@ fn activation(g: &mut Graph, cx: &Ctx<'_>, x: T) -> R<T> {
         Activation::Silu | Activation::Gelu => unary(g, x, x.dt, true, false),
         Activation::Relu => unary(g, x, x.dt, false, true),
         Activation::GeluPython => {
-            // 0.5 * x * (1 + tanh(√(2/π) * (x + 0.044715 * x³)))
+            // 0.5 * x * (1 + tanh(√(2/π) * (x + 0.044715 * x³))). CUDA autocast runs `pow` in
+            // fp32 (a cast copy of x, saved), and fp32 then propagates through the formula;
+            // CPU autocast leaves it in the low dtype.
             let half = unary(g, x, x.dt, false, false)?;
-            let cube = unary(g, x, x.dt, true, false)?;
-            let c = unary(g, cube, x.dt, false, false)?;
+            let fp32_pow = cx.autocast && !cx.cpu && x.dt != DType::F32;
+            let (xp, copied) = if fp32_pow { to(g, x, DType::F32)? } else { (x, false) };
+            let cube = unary(g, xp, xp.dt, true, false)?;
+            if copied {
+                g.drop(xp.id);
+            }
+            let c = unary(g, cube, cube.dt, false, false)?;
             g.drop(cube.id);
             let s = add(g, x, c)?;
             g.drop(c.id);
-            let sc = unary(g, s, x.dt, false, false)?;
+            let sc = unary(g, s, s.dt, false, false)?;
             g.drop(s.id);
-            let t = unary(g, sc, x.dt, false, true)?;
+            let t = unary(g, sc, sc.dt, false, true)?;
             g.drop(sc.id);
-            let one = unary(g, t, x.dt, false, false)?;
+            let one = unary(g, t, t.dt, false, false)?;
             g.drop(t.id);
             let y = mul2(g, half, one)?;
             g.drop(half.id);
@@ -971,14 +978,17 @@ fn head_and_loss(g: &mut Graph, cx: &Ctx<'_>, m: &Model, h: T) -> R<T> {
     } else {
         logits
     };
-    // ForCausalLMLoss / ForMaskedLMLoss: logits.float(), cross_entropy = log_softmax + nll.
-    let (l32, copied) = to(g, logits, DType::F32)?;
-    let logp = unary(g, l32, DType::F32, false, true)?;
+    // Causal LMs use `ForCausalLMLoss`: logits.float(), then cross_entropy = log_softmax + nll.
+    // BERT/RoBERTa call `CrossEntropyLoss()` on the logits as they are; autocast (CPU and
+    // CUDA alike) runs cross_entropy in fp32, pure bf16 keeps it in bf16.
+    let loss_dt = if s.head == Head::CausalLm || cx.autocast { DType::F32 } else { logits.dt };
+    let (l32, copied) = to(g, logits, loss_dt)?;
+    let logp = unary(g, l32, loss_dt, false, true)?;
     if copied {
         g.drop(l32.id);
     }
     let loss = new(g, DType::F32, 1)?;
-    g.record(&[loss.id], &[logp.id], vec![Grad::New(logp.id, mul(mul(n, v)?, 4)?)]);
+    g.record(&[loss.id], &[logp.id], vec![Grad::New(logp.id, mul(mul(n, v)?, loss_dt.size())?)]);
     g.drop(logp.id);
     // The model output (with the logits) is dropped once `.loss` is taken.
     g.drop(logits.id);
