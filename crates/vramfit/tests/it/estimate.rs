@@ -1,1 +1,242 @@
 //! Integration tests of `vramfit estimate`.
+
+use std::path::Path;
+
+use insta_cmd::assert_cmd_snapshot;
+use serde_json::Value;
+
+use crate::cli::vramfit;
+
+fn json(args: &[&str]) -> Value {
+    let output = vramfit().arg("estimate").args(args).args(["--format", "json"]).output().unwrap();
+    assert!(
+        output.status.code() == Some(0) || output.status.code() == Some(1),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("valid JSON")
+}
+
+fn gib(bytes: &Value) -> String {
+    format!("{:.2}", bytes.as_u64().unwrap() as f64 / (1u64 << 30) as f64)
+}
+
+/// The seed article's table: bf16 parameters and gradients, Adam with fp32 states
+/// (8 B/param) and the 8-bit idealisation (2 B/param).
+#[test]
+fn seed_article_table() {
+    let mut rows = Vec::new();
+    for params in ["125M", "1B", "7B"] {
+        let base = ["--params", params, "--precision", "bf16", "--optimizer", "adam"];
+        let fp32 = json(&[&base[..], &["--optimizer-state-dtype", "fp32"]].concat());
+        let int8 = json(&[&base[..], &["--optimizer-state-dtype", "int8"]].concat());
+        rows.push(format!(
+            "{params:>5}: adam {:>6} GiB   adam8bit {:>6} GiB",
+            gib(&fp32["model_states_bytes"]),
+            gib(&int8["model_states_bytes"])
+        ));
+    }
+    assert_eq!(
+        rows.join("\n"),
+        " 125M: adam   1.40 GiB   adam8bit   0.70 GiB\n   \
+            1B: adam  11.18 GiB   adam8bit   5.59 GiB\n   \
+            7B: adam  78.23 GiB   adam8bit  39.12 GiB"
+    );
+}
+
+/// "1B parameters in bf16 with Adam on a 24 GB card leaves about 12 GB for activations."
+#[test]
+fn seed_article_headroom_on_a_24_gib_card() {
+    assert_cmd_snapshot!(vramfit().args([
+        "estimate",
+        "--params",
+        "1B",
+        "--precision",
+        "bf16",
+        "--optimizer",
+        "adam",
+        "--optimizer-state-dtype",
+        "fp32",
+        "--gpu",
+        "24GiB",
+    ]));
+}
+
+#[test]
+fn built_in_model_on_a_gpu() {
+    assert_cmd_snapshot!(vramfit().args([
+        "estimate",
+        "--model",
+        "llama-3.2-1b",
+        "--batch",
+        "4",
+        "--seq-len",
+        "2048",
+        "--gpu",
+        "rtx-4090",
+    ]));
+}
+
+#[test]
+fn the_forum_thread_setup_does_not_fit_a_3080() {
+    // A transformer on an RTX 3080 (10 GB), batch 16, sequence 512: out of memory.
+    assert_cmd_snapshot!(vramfit().args([
+        "estimate",
+        "--model",
+        "gpt2-medium",
+        "--batch",
+        "16",
+        "--seq-len",
+        "512",
+        "--precision",
+        "fp32",
+        "--gpu",
+        "rtx-3080",
+    ]));
+}
+
+#[test]
+fn json_has_the_documented_fields() {
+    let v = json(&["--model", "qwen2.5-0.5b", "--batch", "2", "--gpu", "a100-80gb"]);
+    for field in [
+        "peak_allocated_bytes",
+        "peak_phase",
+        "model_states_bytes",
+        "components",
+        "capacity_bytes",
+        "fits",
+        "max_micro_batch",
+    ] {
+        assert!(!v[field].is_null(), "missing {field} in {v}");
+    }
+    assert!(
+        v["peak_allocated_bytes"].as_u64().unwrap() > v["model_states_bytes"].as_u64().unwrap()
+    );
+    assert_eq!(v["fits"], Value::Bool(true));
+}
+
+#[test]
+fn bf16_on_a_gpu_without_it_warns() {
+    let v = json(&["--model", "gpt2", "--precision", "bf16-mixed", "--gpu", "t4"]);
+    let warnings = v["warnings"].to_string();
+    assert!(warnings.contains("no hardware bf16"), "{warnings}");
+}
+
+#[test]
+fn larger_batch_needs_more_memory() {
+    let peak = |b: &str| {
+        json(&["--model", "gpt2", "--batch", b])["peak_allocated_bytes"].as_u64().unwrap()
+    };
+    assert!(peak("1") < peak("2") && peak("2") < peak("8"));
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn config_json_path_and_hub_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = include_str!("../../../vramfit-core/data/models/gpt2.json");
+    let file = tmp.path().join("my-model/config.json");
+    write(&file, config);
+    let by_path = json(&["--model", file.to_str().unwrap()]);
+    assert_eq!(by_path["model"], "my-model");
+
+    let cache = tmp.path().join("hub");
+    write(&cache.join("models--openai-community--gpt2/refs/main"), "0123abc");
+    write(&cache.join("models--openai-community--gpt2/snapshots/0123abc/config.json"), config);
+    let output = vramfit()
+        .env("HF_HUB_CACHE", &cache)
+        .args(["estimate", "--model", "openai-community/gpt2", "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let by_hub: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(by_hub["peak_allocated_bytes"], by_path["peak_allocated_bytes"]);
+}
+
+/// Every bad input: one `error:` line naming the problem, one `hint:` line, exit code 2.
+#[test]
+fn bad_input_is_one_error_line_a_hint_and_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gpt2: Value =
+        serde_json::from_str(include_str!("../../../vramfit-core/data/models/gpt2.json")).unwrap();
+    let variant = |name: &str, edit: &dyn Fn(&mut Value)| {
+        let mut v = gpt2.clone();
+        edit(&mut v);
+        let path = tmp.path().join(name);
+        std::fs::write(&path, v.to_string()).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let truncated = tmp.path().join("truncated.json");
+    std::fs::write(&truncated, &include_str!("../../../vramfit-core/data/models/gpt2.json")[..200])
+        .unwrap();
+    let binary = tmp.path().join("weights.bin");
+    std::fs::write(&binary, [0u8, 159, 146, 150, 255, 0, 1]).unwrap();
+    let cases: Vec<(&str, Vec<String>)> = vec![
+        ("no model", vec![]),
+        ("unknown model", vec!["--model".into(), "lama-3-8b".into()]),
+        ("missing file", vec!["--model".into(), "nope/config.json".into()]),
+        ("truncated config", vec!["--model".into(), truncated.to_str().unwrap().into()]),
+        ("binary config", vec!["--model".into(), binary.to_str().unwrap().into()]),
+        (
+            "unknown architecture",
+            vec!["--model".into(), variant("arch.json", &|v| v["model_type"] = "mamba9".into())],
+        ),
+        (
+            "missing field",
+            vec![
+                "--model".into(),
+                variant("missing.json", &|v| {
+                    v.as_object_mut().unwrap().remove("n_embd");
+                }),
+            ],
+        ),
+        (
+            "vocab 10^15",
+            vec![
+                "--model".into(),
+                variant("vocab.json", &|v| v["vocab_size"] = 1_000_000_000_000_000u64.into()),
+            ],
+        ),
+        (
+            "zero layers",
+            vec!["--model".into(), variant("layers.json", &|v| v["n_layer"] = 0.into())],
+        ),
+        ("batch 0", vec!["--model".into(), "gpt2".into(), "--batch".into(), "0".into()]),
+        (
+            "seq-len 2^40",
+            vec!["--model".into(), "gpt2".into(), "--seq-len".into(), (1u64 << 40).to_string()],
+        ),
+        ("grad-accum 0", vec!["--model".into(), "gpt2".into(), "--grad-accum".into(), "0".into()]),
+        ("unknown gpu", vec!["--model".into(), "gpt2".into(), "--gpu".into(), "rtx-9999".into()]),
+        (
+            "unknown optimizer",
+            vec!["--model".into(), "gpt2".into(), "--optimizer".into(), "adamq".into()],
+        ),
+        (
+            "unknown precision",
+            vec!["--model".into(), "gpt2".into(), "--precision".into(), "fp8".into()],
+        ),
+        ("bad params", vec!["--params".into(), "lots".into()]),
+        ("absurd params", vec!["--params".into(), "1e30".into()]),
+    ];
+    let mut transcript = String::new();
+    for (what, args) in cases {
+        let output = vramfit().arg("estimate").args(&args).output().unwrap();
+        let stderr =
+            String::from_utf8_lossy(&output.stderr).replace(tmp.path().to_str().unwrap(), "[TMP]");
+        assert_eq!(output.status.code(), Some(2), "{what}: {stderr}");
+        assert!(output.stdout.is_empty(), "{what}: printed to stdout");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert!(
+            lines.len() == 2 && lines[0].starts_with("error: ") && lines[1].starts_with("hint: "),
+            "{what}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+        transcript.push_str(&format!("# {what}\n{stderr}"));
+    }
+    insta::assert_snapshot!(transcript);
+}

@@ -1,0 +1,64 @@
+//! The machine-readable estimate: one JSON object.
+
+use std::io::{self, Write};
+
+use serde_json::{Map, Value, json};
+
+use super::{Report, phases};
+
+/// Renders a report as one JSON object and a newline.
+pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
+    let mut obj = Map::new();
+    let (setup, verdict, warnings) = match report {
+        Report::Full { model, setup, estimate, verdict, warnings } => {
+            obj.insert("model".into(), json!(model));
+            obj.insert("parameters".into(), json!(estimate.parameters));
+            obj.insert("peak_allocated_bytes".into(), json!(estimate.peak_allocated.get()));
+            obj.insert("peak_phase".into(), json!(estimate.peak_phase.name()));
+            obj.insert("model_states_bytes".into(), json!(estimate.model_states.get()));
+            let components: Map<String, Value> = estimate
+                .components_at_peak
+                .entries()
+                .into_iter()
+                .map(|(name, bytes)| (name.to_string(), json!(bytes.get())))
+                .collect();
+            obj.insert("components".into(), Value::Object(components));
+            let phases: Map<String, Value> = phases(&estimate.phase_peaks)
+                .into_iter()
+                .map(|(phase, bytes)| (phase.to_string(), json!(bytes.get())))
+                .collect();
+            obj.insert("phase_peaks".into(), Value::Object(phases));
+            (setup, verdict, warnings)
+        }
+        Report::StatesOnly { parameters, setup, states, verdict, warnings } => {
+            obj.insert("model".into(), Value::Null);
+            obj.insert("parameters".into(), json!(parameters));
+            // Without an architecture there are no activations, so there is no step peak.
+            obj.insert("peak_allocated_bytes".into(), Value::Null);
+            obj.insert("peak_phase".into(), Value::Null);
+            obj.insert("model_states_bytes".into(), json!(states.total.get()));
+            obj.insert(
+                "components".into(),
+                json!({
+                    "parameters": states.parameters.get(),
+                    "gradients": states.gradients.get(),
+                    "optimizer_state": states.optimizer_state.get(),
+                }),
+            );
+            (setup, verdict, warnings)
+        }
+    };
+    obj.insert("setup".into(), json!(setup));
+    if let Some(v) = verdict {
+        obj.insert("gpu".into(), json!(v.gpu));
+        obj.insert("cuda_visible_bytes".into(), json!(v.cuda_visible_bytes));
+        obj.insert("cuda_context_bytes".into(), json!(v.cuda_context_bytes));
+        obj.insert("capacity_bytes".into(), json!(v.capacity_bytes));
+        obj.insert("fits".into(), json!(v.fits));
+        obj.insert("headroom_bytes".into(), json!(v.headroom_bytes));
+        obj.insert("max_micro_batch".into(), json!(v.max_micro_batch));
+    }
+    obj.insert("warnings".into(), json!(warnings));
+    serde_json::to_writer_pretty(&mut *out, &Value::Object(obj))?;
+    writeln!(out)
+}

@@ -1,0 +1,187 @@
+//! `vramfit estimate`: the peak memory of one training step, and whether it fits a GPU.
+
+mod json;
+mod setup_args;
+mod text;
+
+use std::io::Write;
+
+use serde::Serialize;
+use vramfit_core::gpu::GpuChoice;
+use vramfit_core::{Bytes, Estimate, ModelStates, PhasePeaks, TrainSetup};
+
+use crate::{Failure, Outcome};
+pub use setup_args::{ModelSource, SetupArgs};
+
+/// Arguments of `vramfit estimate`.
+#[derive(Debug, clap::Args)]
+pub struct EstimateArgs {
+    #[command(flatten)]
+    pub setup: SetupArgs,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+
+    /// List the built-in models and exit.
+    #[arg(long, exclusive = true)]
+    pub list_models: bool,
+
+    /// List the GPU catalog and exit.
+    #[arg(long, exclusive = true)]
+    pub list_gpus: bool,
+}
+
+/// How to print the result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// A table for people.
+    Text,
+    /// One JSON object for programs.
+    Json,
+}
+
+/// The verdict against a GPU.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// The card's label.
+    pub gpu: String,
+    /// Memory CUDA exposes to PyTorch on that card.
+    pub cuda_visible_bytes: u64,
+    /// Memory budgeted for the CUDA context and kernels, outside PyTorch's allocator.
+    pub cuda_context_bytes: u64,
+    /// What the step may use: CUDA-visible minus context.
+    pub capacity_bytes: u64,
+    /// Whether the peak fits the capacity.
+    pub fits: bool,
+    /// Capacity minus peak (negative when it does not fit).
+    pub headroom_bytes: i128,
+    /// The largest micro-batch that fits (`None` for a bare parameter count).
+    pub max_micro_batch: Option<u64>,
+}
+
+/// What `estimate` computed, for the renderers.
+pub enum Report {
+    /// A full simulation of the step.
+    Full {
+        /// The model's label.
+        model: String,
+        /// The setup.
+        setup: TrainSetup,
+        /// The result.
+        estimate: Box<Estimate>,
+        /// Against a GPU, if one was given.
+        verdict: Option<Verdict>,
+        /// Things the user should know.
+        warnings: Vec<String>,
+    },
+    /// Only parameters, gradients and optimizer state (from `--params`).
+    StatesOnly {
+        /// The parameter count.
+        parameters: u64,
+        /// The setup.
+        setup: TrainSetup,
+        /// The model states.
+        states: ModelStates,
+        /// Against a GPU, if one was given.
+        verdict: Option<Verdict>,
+        /// Things the user should know.
+        warnings: Vec<String>,
+    },
+}
+
+/// Runs `vramfit estimate`.
+pub fn run(args: EstimateArgs) -> Result<Outcome, Failure> {
+    let mut out = std::io::stdout().lock();
+    if args.list_models {
+        text::list_models(&mut out)?;
+        return Ok(Outcome::Success);
+    }
+    if args.list_gpus {
+        text::list_gpus(&mut out)?;
+        return Ok(Outcome::Success);
+    }
+    let report = compute(&args.setup)?;
+    match args.format {
+        Format::Text => text::render(&mut out, &report)?,
+        Format::Json => json::render(&mut out, &report)?,
+    }
+    out.flush()?;
+    let fits = match &report {
+        Report::Full { verdict, .. } | Report::StatesOnly { verdict, .. } => {
+            verdict.as_ref().is_none_or(|v| v.fits)
+        }
+    };
+    Ok(if fits { Outcome::Success } else { Outcome::Negative })
+}
+
+/// Resolves the arguments and runs the estimator.
+pub fn compute(args: &SetupArgs) -> Result<Report, Failure> {
+    let setup = args.train_setup()?;
+    let gpu = args.gpu()?;
+    let context = args.cuda_context()?;
+    let mut warnings = Vec::new();
+    if let Some(gpu) = &gpu
+        && gpu.lacks_bf16()
+        && setup.precision.needs_bf16()
+    {
+        warnings.push(format!(
+            "{} has no hardware bf16 (compute capability < 8.0): {} will be emulated or fail; use --precision fp16-mixed",
+            gpu.label(),
+            setup.precision
+        ));
+    }
+    match args.model_source()? {
+        ModelSource::Parameters(parameters) => {
+            let states = vramfit_core::model_states_for_params(parameters, &setup)
+                .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
+            let verdict = gpu.map(|g| verdict(&g, context, states.total, None));
+            Ok(Report::StatesOnly { parameters, setup, states, verdict, warnings })
+        }
+        ModelSource::Spec { label, spec } => {
+            let estimate = vramfit_core::estimate(&spec, &setup)
+                .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
+            warnings.extend(estimate.warnings.iter().cloned());
+            let verdict = match gpu {
+                Some(g) => {
+                    let capacity = g.cuda_visible().saturating_sub(context);
+                    let max = vramfit_core::max_micro_batch(&spec, &setup, capacity)
+                        .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
+                    Some(verdict(&g, context, estimate.peak_allocated, Some(max)))
+                }
+                None => None,
+            };
+            Ok(Report::Full {
+                model: label,
+                setup,
+                estimate: Box::new(estimate),
+                verdict,
+                warnings,
+            })
+        }
+    }
+}
+
+fn verdict(gpu: &GpuChoice, context: Bytes, peak: Bytes, max: Option<u64>) -> Verdict {
+    let visible = gpu.cuda_visible();
+    let capacity = visible.saturating_sub(context);
+    Verdict {
+        gpu: gpu.label(),
+        cuda_visible_bytes: visible.get(),
+        cuda_context_bytes: context.get(),
+        capacity_bytes: capacity.get(),
+        fits: peak <= capacity,
+        headroom_bytes: i128::from(capacity.get()) - i128::from(peak.get()),
+        max_micro_batch: max,
+    }
+}
+
+/// The peak of each phase, in step order.
+pub fn phases(p: &PhasePeaks) -> [(&'static str, Bytes); 4] {
+    [
+        ("forward", p.forward),
+        ("loss", p.loss),
+        ("backward", p.backward),
+        ("optimizer_step", p.optimizer_step),
+    ]
+}

@@ -1,0 +1,228 @@
+//! The flags that describe a model and a training setup, shared by `estimate` and `doctor`.
+
+use std::path::Path;
+
+use vramfit_core::gpu::{self, DEFAULT_CUDA_CONTEXT, GpuChoice};
+use vramfit_core::units::{parse_count, parse_size};
+use vramfit_core::{
+    Attention, Bytes, Checkpointing, DType, ModelSpec, Optimizer, Precision, TrainSetup, catalog,
+};
+use vramfit_hub::{HubEnv, HubRemote, RepoId};
+
+use crate::Failure;
+
+/// The model and the training setup.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SetupArgs {
+    /// The model: a built-in name (`llama-3.1-8b`; see --list-models), a path to a Hugging Face
+    /// config.json (or its folder), or a Hub id (`ORG/NAME[@REV]`) from the local Hugging Face
+    /// cache (config.json alone is fetched when missing, unless HF_HUB_OFFLINE is set).
+    #[arg(long, short = 'm', value_name = "NAME|PATH|ORG/NAME")]
+    pub model: Option<String>,
+
+    /// A bare parameter count (`125M`, `1B`, `7e9`) instead of a model: only parameters,
+    /// gradients and optimizer state can be computed from it.
+    #[arg(long, value_name = "COUNT", conflicts_with = "model")]
+    pub params: Option<String>,
+
+    /// Sequences per micro-batch (per GPU, per forward pass).
+    #[arg(long, short = 'b', default_value_t = 1, value_name = "N")]
+    pub batch: u64,
+
+    /// Tokens per sequence.
+    #[arg(long, short = 's', default_value_t = 512, value_name = "N")]
+    pub seq_len: u64,
+
+    /// Weights and compute: fp32, fp16-mixed, bf16-mixed (fp32 weights + autocast), bf16 (pure).
+    #[arg(long, default_value = "bf16-mixed", value_name = "P")]
+    pub precision: String,
+
+    /// adam, adamw, sgd, sgd-momentum, adamw-8bit, paged-adamw-8bit, adafactor, lion.
+    #[arg(long, default_value = "adamw", value_name = "OPT")]
+    pub optimizer: String,
+
+    /// Dtype of the optimizer state (fp32, bf16, fp16, int8). Default: what PyTorch does, the
+    /// parameter's dtype (uint8 for the 8-bit optimizers).
+    #[arg(long, value_name = "DTYPE")]
+    pub optimizer_state_dtype: Option<String>,
+
+    /// Attention kernel: eager, sdpa, flash.
+    #[arg(long, default_value = "sdpa", value_name = "KIND")]
+    pub attention: String,
+
+    /// Activation checkpointing per decoder layer: none, full.
+    #[arg(long, default_value = "none", value_name = "MODE")]
+    pub checkpointing: String,
+
+    /// Micro-batches per optimizer step (gradients persist across them).
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    pub grad_accum: u64,
+
+    /// The GPU: a catalog id (`rtx-3080`, `a100-80gb`; see --list-gpus) or a capacity (`24GiB`).
+    #[arg(long, short = 'g', value_name = "NAME|SIZE")]
+    pub gpu: Option<String>,
+
+    /// Memory the CUDA context takes outside PyTorch's allocator.
+    #[arg(long, default_value = "512MiB", value_name = "SIZE")]
+    pub cuda_context: String,
+}
+
+/// Where the model comes from.
+pub enum ModelSource {
+    /// A resolved architecture.
+    Spec {
+        /// How to name it in output.
+        label: String,
+        /// The spec.
+        spec: Box<ModelSpec>,
+    },
+    /// Only a parameter count.
+    Parameters(u64),
+}
+
+impl SetupArgs {
+    /// The training setup from the flags.
+    pub fn train_setup(&self) -> Result<TrainSetup, Failure> {
+        let parse_err = |e: vramfit_core::UnknownName| {
+            let hint = format!("see `vramfit estimate --help` for the {} choices", e.kind);
+            Failure::with_hint(e.to_string(), hint)
+        };
+        let optimizer_state_dtype = match &self.optimizer_state_dtype {
+            None => None,
+            Some(text) => Some(DType::parse(text).ok_or_else(|| {
+                Failure::with_hint(
+                    format!("unknown --optimizer-state-dtype '{text}'"),
+                    "use fp32, bf16, fp16 or int8",
+                )
+            })?),
+        };
+        Ok(TrainSetup {
+            micro_batch: self.batch,
+            seq_len: self.seq_len,
+            precision: self.precision.parse::<Precision>().map_err(parse_err)?,
+            optimizer: self.optimizer.parse::<Optimizer>().map_err(parse_err)?,
+            optimizer_state_dtype,
+            attention: self.attention.parse::<Attention>().map_err(parse_err)?,
+            checkpointing: self.checkpointing.parse::<Checkpointing>().map_err(parse_err)?,
+            grad_accum: self.grad_accum,
+            ..TrainSetup::default()
+        })
+    }
+
+    /// The GPU, if one was given.
+    pub fn gpu(&self) -> Result<Option<GpuChoice>, Failure> {
+        self.gpu
+            .as_deref()
+            .map(|g| gpu::resolve(g).map_err(|e| Failure::with_hint(e.to_string(), e.hint())))
+            .transpose()
+    }
+
+    /// The CUDA context budget.
+    pub fn cuda_context(&self) -> Result<Bytes, Failure> {
+        if self.cuda_context.trim() == "0" {
+            return Ok(Bytes::ZERO);
+        }
+        parse_size(&self.cuda_context).ok_or_else(|| {
+            Failure::with_hint(
+                format!("invalid --cuda-context '{}'", self.cuda_context),
+                format!("give a size such as 512MiB or 1GiB (default {DEFAULT_CUDA_CONTEXT})"),
+            )
+        })
+    }
+
+    /// Resolves `--model` / `--params`.
+    pub fn model_source(&self) -> Result<ModelSource, Failure> {
+        if let Some(count) = &self.params {
+            let n = parse_count(count).ok_or_else(|| {
+                Failure::with_hint(
+                    format!("invalid --params '{count}'"),
+                    "give a parameter count such as 125M, 1B, 7e9 or 350000000",
+                )
+            })?;
+            return Ok(ModelSource::Parameters(n));
+        }
+        let Some(name) = &self.model else {
+            return Err(Failure::with_hint(
+                "no model given",
+                "pass --model NAME|PATH|ORG/NAME (e.g. --model llama-3.2-1b) or --params 1B",
+            ));
+        };
+        resolve_model(name)
+    }
+}
+
+fn spec_from(label: String, json: &str, origin: &str) -> Result<ModelSource, Failure> {
+    let spec = ModelSpec::from_hf_config(json)
+        .map_err(|e| Failure::with_hint(format!("{origin}: {e}"), e.hint()))?;
+    Ok(ModelSource::Spec { label, spec: Box::new(spec) })
+}
+
+/// Config files larger than this are not a `config.json`.
+const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
+fn read_config(path: &Path) -> Result<String, Failure> {
+    let path_text = path.display().to_string();
+    let meta = std::fs::metadata(path)
+        .map_err(|e| Failure::new(format!("cannot read {path_text}: {e}")))?;
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(Failure::with_hint(
+            format!("{path_text} is {} — too large for a config.json", Bytes(meta.len())),
+            "pass the model's config.json, never its weights",
+        ));
+    }
+    let bytes =
+        std::fs::read(path).map_err(|e| Failure::new(format!("cannot read {path_text}: {e}")))?;
+    String::from_utf8(bytes).map_err(|_| {
+        Failure::with_hint(
+            format!("{path_text} is not UTF-8 text"),
+            "pass the model's config.json, never its weights",
+        )
+    })
+}
+
+/// A built-in name, a file or folder, or a Hub id in the local cache — in that order.
+fn resolve_model(name: &str) -> Result<ModelSource, Failure> {
+    if let Some((id, json)) = catalog::resolve(name) {
+        return spec_from(id.to_string(), json, &format!("built-in model {id}"));
+    }
+    let path = Path::new(name);
+    if path.is_dir() {
+        let file = path.join("config.json");
+        let json = read_config(&file)?;
+        return spec_from(name.to_string(), &json, &file.display().to_string());
+    }
+    if path.is_file() {
+        let json = read_config(path)?;
+        let label = path
+            .parent()
+            .and_then(Path::file_name)
+            .filter(|_| path.file_name().is_some_and(|f| f == "config.json"))
+            .map_or_else(|| name.to_string(), |dir| dir.to_string_lossy().into_owned());
+        return spec_from(label, &json, name);
+    }
+    if name.ends_with(".json") {
+        return Err(Failure::with_hint(
+            format!("cannot read {name}: no such file"),
+            "check the path to the config.json",
+        ));
+    }
+    if let Some(repo) = RepoId::parse(name) {
+        let env = HubEnv::from_process();
+        let file = vramfit_hub::find_cached_config(&repo, &env)
+            .or_else(|_| vramfit_hub::download_config(&repo, &env, &HubRemote::from_process()))
+            .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
+        let json = read_config(&file)?;
+        return spec_from(name.to_string(), &json, &file.display().to_string());
+    }
+    let suggestion = catalog::names()
+        .into_iter()
+        .map(|n| (gpu::edit_distance(&name.to_ascii_lowercase(), n), n))
+        .filter(|(d, _)| *d <= 3)
+        .min()
+        .map(|(_, n)| format!(" (did you mean '{n}'?)"))
+        .unwrap_or_default();
+    Err(Failure::with_hint(
+        format!("unknown model '{name}'{suggestion}"),
+        "use a built-in name (vramfit estimate --list-models), a path to config.json, or a Hub id ORG/NAME",
+    ))
+}

@@ -1,0 +1,200 @@
+//! The human-readable estimate: a table read at a glance.
+
+use std::io::{self, Write};
+
+use vramfit_core::{Bytes, TrainSetup, catalog, gpu};
+
+use super::{Report, Verdict, phases};
+
+fn count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{:.2} B", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.1} M", n as f64 / 1e6),
+        n => n.to_string(),
+    }
+}
+
+fn per_param(bytes: Bytes, params: u64) -> String {
+    if params == 0 {
+        return String::new();
+    }
+    let v = bytes.get() as f64 / params as f64;
+    if (v - v.round()).abs() < 0.005 {
+        format!("{v:.0} B/param")
+    } else {
+        format!("{v:.2} B/param")
+    }
+}
+
+fn setup_line(setup: &TrainSetup) -> String {
+    let state = setup.optimizer_state_dtype.map(|d| format!(" ({d} states)")).unwrap_or_default();
+    let accum = if setup.grad_accum > 1 {
+        format!(" · grad-accum {}", setup.grad_accum)
+    } else {
+        String::new()
+    };
+    format!(
+        "batch {} × {} tokens · {} · {}{} · {} attention · checkpointing {}{}",
+        setup.micro_batch,
+        setup.seq_len,
+        setup.precision,
+        setup.optimizer,
+        state,
+        setup.attention,
+        setup.checkpointing,
+        accum
+    )
+}
+
+fn row(out: &mut dyn Write, label: &str, bytes: Bytes, note: &str) -> io::Result<()> {
+    let note = if note.is_empty() { String::new() } else { format!("   {note}") };
+    writeln!(out, "  {label:<17}{:>11}{note}", bytes.to_string())
+}
+
+fn capacity_line(out: &mut dyn Write, v: &Verdict) -> io::Result<()> {
+    writeln!(out)?;
+    writeln!(
+        out,
+        "on {}: {} visible to CUDA − {} CUDA context = {} usable",
+        v.gpu,
+        Bytes(v.cuda_visible_bytes),
+        Bytes(v.cuda_context_bytes),
+        Bytes(v.capacity_bytes)
+    )
+}
+
+fn verdict(out: &mut dyn Write, v: &Verdict) -> io::Result<()> {
+    capacity_line(out, v)?;
+    let headroom = Bytes(v.headroom_bytes.unsigned_abs().try_into().unwrap_or(u64::MAX));
+    if v.fits {
+        writeln!(out, "  fits: yes, {headroom} headroom")?;
+    } else {
+        writeln!(out, "  fits: NO, {headroom} short")?;
+    }
+    if let Some(max) = v.max_micro_batch {
+        if max == 0 {
+            writeln!(
+                out,
+                "  largest micro-batch that fits: none (even batch 1 does not fit; try checkpointing, bf16, an 8-bit optimizer)"
+            )?;
+        } else {
+            writeln!(out, "  largest micro-batch that fits: {max}")?;
+        }
+    }
+    Ok(())
+}
+
+/// Renders a report.
+pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
+    match report {
+        Report::Full { model, setup, estimate, verdict: v, warnings } => {
+            writeln!(out, "{model} · {} parameters", count(estimate.parameters))?;
+            writeln!(out, "{}", setup_line(setup))?;
+            writeln!(out)?;
+            writeln!(
+                out,
+                "peak allocated   {:>11}   during {}",
+                estimate.peak_allocated.to_string(),
+                estimate.peak_phase.name()
+            )?;
+            writeln!(out, "at the peak:")?;
+            for (name, bytes) in estimate.components_at_peak.entries() {
+                if bytes.get() > 0 {
+                    row(out, &name.replace('_', " "), bytes, "")?;
+                }
+            }
+            row(
+                out,
+                "model states",
+                estimate.model_states,
+                "parameters + gradients + optimizer state",
+            )?;
+            writeln!(out)?;
+            writeln!(out, "peak by phase:")?;
+            for (phase, bytes) in phases(&estimate.phase_peaks) {
+                row(out, &phase.replace('_', " "), bytes, "")?;
+            }
+            if let Some(v) = v {
+                verdict(out, v)?;
+            }
+            warn(out, warnings)
+        }
+        Report::StatesOnly { parameters, setup, states, verdict: v, warnings } => {
+            writeln!(
+                out,
+                "{} parameters (a bare count: activations need the architecture, pass --model)",
+                count(*parameters)
+            )?;
+            let state = setup
+                .optimizer_state_dtype
+                .map(|d| format!(" with {d} states"))
+                .unwrap_or_default();
+            writeln!(out, "{} · {}{}", setup.precision, setup.optimizer, state)?;
+            writeln!(out)?;
+            let p = *parameters;
+            row(out, "parameters", states.parameters, &per_param(states.parameters, p))?;
+            row(out, "gradients", states.gradients, &per_param(states.gradients, p))?;
+            row(
+                out,
+                "optimizer state",
+                states.optimizer_state,
+                &per_param(states.optimizer_state, p),
+            )?;
+            row(out, "model states", states.total, &per_param(states.total, p))?;
+            if let Some(v) = v {
+                capacity_line(out, v)?;
+                let left = Bytes(v.capacity_bytes).saturating_sub(states.total);
+                if v.fits {
+                    writeln!(
+                        out,
+                        "  model states fit: {left} left for activations and temporaries"
+                    )?;
+                } else {
+                    let short = states.total.saturating_sub(Bytes(v.capacity_bytes));
+                    writeln!(out, "  model states alone do NOT fit: {short} short")?;
+                }
+            }
+            warn(out, warnings)
+        }
+    }
+}
+
+fn warn(out: &mut dyn Write, warnings: &[String]) -> io::Result<()> {
+    if !warnings.is_empty() {
+        writeln!(out)?;
+    }
+    for w in warnings {
+        writeln!(out, "warning: {w}")?;
+    }
+    Ok(())
+}
+
+/// `--list-models`.
+pub fn list_models(out: &mut dyn Write) -> io::Result<()> {
+    for name in catalog::names() {
+        writeln!(out, "{name}")?;
+    }
+    Ok(())
+}
+
+/// `--list-gpus`.
+pub fn list_gpus(out: &mut dyn Write) -> io::Result<()> {
+    writeln!(out, "{:<12} {:>12} {:>12}  {:<7} {:<5} name", "id", "nvml", "cuda", "cc", "bf16")?;
+    for g in gpu::catalog() {
+        let cuda = match g.cuda_visible {
+            gpu::Provenance::Observed => g.cuda_visible().to_string(),
+            gpu::Provenance::Estimated => format!("~{}", g.cuda_visible()),
+        };
+        writeln!(
+            out,
+            "{:<12} {:>12} {:>12}  {:<7} {:<5} {}",
+            g.id,
+            g.nvml_total().to_string(),
+            cuda,
+            g.compute_capability,
+            if g.bf16 { "yes" } else { "no" },
+            g.name
+        )?;
+    }
+    Ok(())
+}
