@@ -49,8 +49,7 @@ fn every_real_message_is_diagnosed() {
 
 #[test]
 fn json_fields_of_a_two_one_message() {
-    let (_, _, body) =
-        fixtures().into_iter().find(|(n, _, _)| n.contains("vllm_14452")).unwrap();
+    let (_, _, body) = fixtures().into_iter().find(|(n, _, _)| n.contains("vllm_14452")).unwrap();
     let report = diagnose_log(&body, &SizeHints::default()).unwrap();
     insta::assert_json_snapshot!("json_vllm_14452", report);
 }

@@ -19,8 +19,14 @@ pub fn check(s: &AllocatorStats) -> Vec<Diagnosis> {
     let gap = s.reserved.current.saturating_sub(s.allocated.current);
     let base = |d: Diagnosis| {
         let d = d
-            .evidence("allocated now / peak", format!("{} / {}", s.allocated.current, s.allocated.peak))
-            .evidence("reserved now / peak", format!("{} / {}", s.reserved.current, s.reserved.peak))
+            .evidence(
+                "allocated now / peak",
+                format!("{} / {}", s.allocated.current, s.allocated.peak),
+            )
+            .evidence(
+                "reserved now / peak",
+                format!("{} / {}", s.reserved.current, s.reserved.peak),
+            )
             .evidence("reserved but unallocated now", gap);
         let d = match s.inactive_split {
             Some(n) => d.evidence("non-releasable (inactive split) now", n.current),
@@ -41,8 +47,7 @@ pub fn check(s: &AllocatorStats) -> Vec<Diagnosis> {
         None => (gap, "cached but not allocated to any tensor"),
     };
     let share = non_releasable.ratio(s.reserved.current);
-    let fragmented =
-        share >= 0.2 || (s.num_alloc_retries.is_some_and(|r| r > 0) && share >= 0.05);
+    let fragmented = share >= 0.2 || (s.num_alloc_retries.is_some_and(|r| r > 0) && share >= 0.05);
     if fragmented {
         let d = base(Diagnosis::new(
             DiagnosisId::Fragmentation,

@@ -12,6 +12,7 @@
 //! and keep other programs off the card.
 
 use super::{Diagnosis, DiagnosisId};
+use crate::bytes::print_tolerance;
 use crate::message::OomMessage;
 use crate::remedy::Remedy;
 
@@ -29,7 +30,8 @@ pub fn check(m: &OomMessage) -> Option<Diagnosis> {
         .bytes("reserved by PyTorch", m.reserved_bytes);
     if let Some(allowed) = m.allowed_bytes {
         let reserved = m.reserved_bytes.unwrap_or_default();
-        if reserved.saturating_add(requested) > allowed {
+        // The printed numbers are rounded: reaching the cap within rounding counts.
+        if reserved.saturating_add(requested).saturating_add(print_tolerance(allowed)) >= allowed {
             let mut d = d.explain(format!(
                 "The card had {free} free, but torch.cuda.set_per_process_memory_fraction caps \
                  this process at {allowed}; with {reserved} already reserved, {requested} more \

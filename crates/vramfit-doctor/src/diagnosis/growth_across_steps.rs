@@ -31,7 +31,8 @@ pub fn check(messages: &[OomMessage]) -> Option<Diagnosis> {
             .filter(|m| m.device.as_deref() == device)
             .filter_map(|m| Some((m.line, m.allocated_bytes?)))
             .collect();
-        let (Some(&(first_line, first)), Some(&(last_line, last))) = (series.first(), series.last())
+        let (Some(&(first_line, first)), Some(&(last_line, last))) =
+            (series.first(), series.last())
         else {
             continue;
         };
@@ -51,11 +52,7 @@ pub fn check(messages: &[OomMessage]) -> Option<Diagnosis> {
         .evidence(format!("allocated at line {first_line}"), first)
         .evidence(format!("allocated at line {last_line}"), last)
         .evidence("growth", growth);
-        let steps = series
-            .iter()
-            .map(|(_, b)| b.to_string())
-            .collect::<Vec<_>>()
-            .join(" → ");
+        let steps = series.iter().map(|(_, b)| b.to_string()).collect::<Vec<_>>().join(" → ");
         d = d.evidence("allocated, message by message", steps);
         return Some(
             d.explain(format!(

@@ -40,10 +40,13 @@ pub struct SizeHints {
     pub params: Option<u64>,
 }
 
-/// Vocabulary sizes of widely used tokenizers (GPT-2, Llama 1/2/3, Mistral, Qwen, Gemma,
-/// BLOOM, DeepSeek, phi, T5).
-const VOCABS: &[u64] =
-    &[32_000, 32_064, 32_128, 32_768, 50_257, 50_304, 65_024, 100_352, 102_400, 128_256, 151_936, 152_064, 250_880, 256_000, 262_144];
+/// Vocabulary sizes of widely used tokenizers (GPT-2, Llama 1/2/3, Qwen, Gemma, BLOOM,
+/// DeepSeek, phi, T5). Powers of two (32,768, 262,144) are left out: every power-of-two
+/// request would "match" them.
+const VOCABS: &[u64] = &[
+    32_000, 32_064, 32_128, 50_257, 50_304, 65_024, 100_352, 102_400, 128_256, 151_936, 152_064,
+    250_880, 256_000,
+];
 
 /// What a size matched.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,14 +61,17 @@ pub struct SizeMatch {
 pub fn check(m: &OomMessage, hints: &SizeHints) -> Option<Diagnosis> {
     let capacity = m.capacity_bytes();
     if m.requested_over_1eb {
-        let d = Diagnosis::new(DiagnosisId::HugeRequest, "a request of more than 1 EiB: a size bug")
-            .evidence("requested", "more than 1 EiB")
-            .explain(
-                "PyTorch was asked for more than an exbibyte at once. No tensor of a real model \
+        let d = Diagnosis::new(
+            DiagnosisId::HugeRequest,
+            "a request of more than 1 EiB: a size bug",
+        )
+        .evidence("requested", "more than 1 EiB")
+        .explain(
+            "PyTorch was asked for more than an exbibyte at once. No tensor of a real model \
                  is that big: a shape was computed from garbage (an overflowed or negative size, \
                  often after a failed collective or a wrong reshape). Find the operation in the \
                  traceback and print the shapes going into it.",
-            );
+        );
         return Some(d.remedies(&[Remedy::LaunchBlocking]));
     }
     let requested = m.requested_bytes?;
@@ -74,12 +80,14 @@ pub fn check(m: &OomMessage, hints: &SizeHints) -> Option<Diagnosis> {
         return None;
     }
     let matched = match_size(requested, hints);
+    let what =
+        if m.allowed_bytes.is_some() { "of what this process may use" } else { "of the card" };
     let beyond = requested > capacity;
     let title = match (&matched, beyond) {
         (Some(found), _) => format!("one huge request of {requested}: {}", found.what),
-        (None, true) => format!("one request of {requested} is larger than the whole card"),
+        (None, true) => format!("one request of {requested} is larger than {capacity}"),
         (None, false) => {
-            format!("one request of {requested} is {} of the card", percent(requested, capacity))
+            format!("one request of {requested} is {} {what}", percent(requested, capacity))
         }
     };
     let mut d = Diagnosis::new(DiagnosisId::HugeRequest, title)
@@ -96,7 +104,7 @@ pub fn check(m: &OomMessage, hints: &SizeHints) -> Option<Diagnosis> {
         )
     } else {
         format!(
-            "A single allocation of {requested} is {} of the card on its own.",
+            "A single allocation of {requested} is {} {what} on its own.",
             percent(requested, capacity)
         )
     };
@@ -128,17 +136,16 @@ fn close(printed: Bytes, actual: u128) -> bool {
 
 /// Names the tensor a request of `requested` bytes most likely is.
 pub fn match_size(requested: Bytes, hints: &SizeHints) -> Option<SizeMatch> {
-    let tokens_hint =
-        hints.tokens.or_else(|| Some(hints.batch?.checked_mul(hints.seq_len?)?));
+    let tokens_hint = hints.tokens.or_else(|| hints.batch?.checked_mul(hints.seq_len?));
     // Logits with known vocabulary and tokens, else a catalogue of vocabularies.
     for (element, dtype) in [(4u128, "fp32"), (2, "bf16/fp16")] {
-        if let (Some(v), Some(n)) = (hints.vocab, tokens_hint) {
-            if close(requested, u128::from(v) * u128::from(n) * element) {
-                return Some(SizeMatch {
-                    what: "the logits of the vocabulary",
-                    formula: format!("{n} tokens × {v} vocabulary × {element} bytes ({dtype})"),
-                });
-            }
+        if let (Some(v), Some(n)) = (hints.vocab, tokens_hint)
+            && close(requested, u128::from(v) * u128::from(n) * element)
+        {
+            return Some(SizeMatch {
+                what: "the logits of the vocabulary",
+                formula: format!("{n} tokens × {v} vocabulary × {element} bytes ({dtype})"),
+            });
         }
     }
     if let (Some(b), Some(h), Some(s)) = (hints.batch, hints.heads, hints.seq_len) {

@@ -156,7 +156,20 @@ pub fn diagnose_message(message: &OomMessage, hints: &SizeHints) -> Vec<Diagnosi
         free_but_refused::check(message),
         real_shortage::check(message),
     ];
-    checks.into_iter().flatten().collect()
+    let mut found: Vec<Diagnosis> = checks.into_iter().flatten().collect();
+    // A little idle cache next to a full card is a footnote to the shortage, not its cause.
+    let minor_fragmentation = message
+        .reserved_unallocated_bytes
+        .zip(message.reserved_bytes)
+        .is_some_and(|(u, r)| u.ratio(r) < 0.1);
+    if minor_fragmentation
+        && found.iter().any(|d| d.id == DiagnosisId::RealShortage)
+        && let Some(i) = found.iter().position(|d| d.id == DiagnosisId::Fragmentation)
+    {
+        let d = found.remove(i);
+        found.push(d);
+    }
+    found
 }
 
 /// Diagnoses of allocator statistics (`memory_summary()` / `memory_stats()`).

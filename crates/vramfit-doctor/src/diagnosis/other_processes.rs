@@ -17,7 +17,7 @@
 
 use super::{Diagnosis, DiagnosisId, percent};
 use crate::bytes::{Bytes, GIB};
-use crate::message::OomMessage;
+use crate::message::{MessageKind, OomMessage};
 use crate::remedy::Remedy;
 
 /// The context and libraries of one process rarely exceed this.
@@ -25,6 +25,10 @@ const CONTEXT_ALLOWANCE: u64 = 3 * GIB;
 
 /// Checks one message.
 pub fn check(m: &OomMessage) -> Option<Diagnosis> {
+    // MPS reports this process's other allocations, which real_shortage already counts.
+    if m.kind == MessageKind::Mps {
+        return None;
+    }
     let total = m.total_bytes?;
     let threshold = Bytes((total.get() / 10).max(GIB * 3 / 2));
     let has_self = m.this_process_bytes().is_some();

@@ -26,14 +26,19 @@ pub fn check(m: &OomMessage) -> Option<Diagnosis> {
     if used.ratio(capacity) < 0.75 {
         return None;
     }
-    let free = m.free_bytes.unwrap_or_default();
-    let shortfall = m.requested_bytes.map(|r| r.saturating_sub(free));
+    let shortfall = match (m.requested_bytes, m.free_bytes) {
+        (Some(r), Some(free)) => Some(r.saturating_sub(free)),
+        _ => None,
+    };
     if shortfall.is_some_and(|s| s.get() == 0) {
         return None;
     }
     let mut d = Diagnosis::new(
         DiagnosisId::RealShortage,
-        format!("real shortage: tensors use {} of the {capacity} available", percent(used, capacity)),
+        format!(
+            "real shortage: tensors use {} of the {capacity} available",
+            percent(used, capacity)
+        ),
     )
     .evidence("capacity", capacity)
     .evidence("allocated by tensors", allocated)
@@ -45,14 +50,19 @@ pub fn check(m: &OomMessage) -> Option<Diagnosis> {
     if m.kind == MessageKind::Mps {
         remedies.push(Remedy::MpsWatermark);
     }
+    let free = m.free_bytes.map_or_else(
+        || "the message does not say how much was free".to_owned(),
+        |f| format!("only {f} was free"),
+    );
     d = d.explain(format!(
         "Tensors that are still alive hold {allocated} of {capacity}; {} more was asked for \
-         and only {free} was free. This is a real shortage: no allocator setting frees memory \
+         and {free}. This is a real shortage: no allocator setting frees memory \
          that tensors hold, and torch.cuda.empty_cache() only returns cached blocks, so the \
          step itself must need less memory. The cheapest changes come first below; a planner \
          can size them against a model of the step.",
         m.requested_bytes.map_or_else(|| "more".to_owned(), |r| r.to_string())
     ));
-    d.plan_request = Some(plan_request(shortfall.unwrap_or(Bytes(0)), capacity, &remedies));
+    let needed = shortfall.or(m.requested_bytes).unwrap_or(Bytes(0));
+    d.plan_request = Some(plan_request(needed, capacity, &remedies));
     Some(d.remedies(&remedies))
 }

@@ -114,13 +114,12 @@ fn parse_sentences(w: &mut Window<'_>, m: &mut OomMessage) {
         _ => None,
     };
     m.missing = missing(&[
-            ("requested_bytes", m.requested_bytes.is_some() || m.requested_over_1eb),
-            ("total_bytes", m.total_bytes.is_some()),
-            ("free_bytes", m.free_bytes.is_some()),
-            ("allocated_bytes", m.allocated_bytes.is_some()),
-            ("reserved_unallocated_bytes", m.reserved_unallocated_bytes.is_some()),
-        ],
-    );
+        ("requested_bytes", m.requested_bytes.is_some() || m.requested_over_1eb),
+        ("total_bytes", m.total_bytes.is_some()),
+        ("free_bytes", m.free_bytes.is_some()),
+        ("allocated_bytes", m.allocated_bytes.is_some()),
+        ("reserved_unallocated_bytes", m.reserved_unallocated_bytes.is_some()),
+    ]);
 }
 
 /// PyTorch ≤ 2.0: "(GPU 0; T total capacity; A already allocated; F free; [Z allowed; ]R
@@ -139,11 +138,10 @@ fn parse_parenthesised(w: &mut Window<'_>, m: &mut OomMessage, cached: bool) {
         _ => None,
     };
     m.missing = missing(&[
-            ("requested_bytes", m.requested_bytes.is_some() || m.requested_over_1eb),
-            ("total_bytes", m.total_bytes.is_some()),
-            ("allocated_bytes", m.allocated_bytes.is_some()),
-            ("free_bytes", m.free_bytes.is_some()),
-            ("reserved_bytes", m.reserved_bytes.is_some()),
-        ],
-    );
+        ("requested_bytes", m.requested_bytes.is_some() || m.requested_over_1eb),
+        ("total_bytes", m.total_bytes.is_some()),
+        ("allocated_bytes", m.allocated_bytes.is_some()),
+        ("free_bytes", m.free_bytes.is_some()),
+        ("reserved_bytes", m.reserved_bytes.is_some()),
+    ]);
 }

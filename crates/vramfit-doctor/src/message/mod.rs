@@ -228,6 +228,7 @@ fn shorten(text: &str, max: usize) -> String {
 #[derive(Debug, Clone, Copy)]
 struct Anchor {
     at: usize,
+    len: usize,
     parser: Parser,
 }
 
@@ -285,7 +286,7 @@ pub fn find_messages(input: &str) -> Vec<OomMessage> {
         let mut from = 0;
         while let Some(found) = flat.text.get(from..).and_then(|rest| rest.find(phrase)) {
             let at = from + found;
-            anchors.push(Anchor { at, parser });
+            anchors.push(Anchor { at, len: phrase.len(), parser });
             from = at + phrase.len();
         }
     }
@@ -301,7 +302,7 @@ pub fn find_messages(input: &str) -> Vec<OomMessage> {
         let next = anchors
             .iter()
             .skip(i + 1)
-            .find(|a| a.at > anchor.at && !merges_into(anchor.parser, a.parser))
+            .find(|a| a.at >= anchor.at + anchor.len && !merges_into(anchor.parser, a.parser))
             .map_or(flat.text.len(), |a| a.at);
         let end = next.min(anchor.at + MAX_MESSAGE).min(flat.text.len());
         let mut end_at = end;

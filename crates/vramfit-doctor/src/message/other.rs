@@ -26,12 +26,11 @@ pub(super) fn parse_async(w: &mut Window<'_>, before: &str, line: usize) -> Opti
     m.allowed_bytes =
         w.size_after("(set by user-supplied memory fraction)").filter(|l| l.get() < NO_LIMIT);
     m.missing = missing(&[
-            ("allocated_bytes", m.allocated_bytes.is_some()),
-            ("requested_bytes", m.requested_bytes.is_some()),
-            ("total_bytes", m.total_bytes.is_some()),
-            ("free_bytes", m.free_bytes.is_some()),
-        ],
-    );
+        ("allocated_bytes", m.allocated_bytes.is_some()),
+        ("requested_bytes", m.requested_bytes.is_some()),
+        ("total_bytes", m.total_bytes.is_some()),
+        ("free_bytes", m.free_bytes.is_some()),
+    ]);
     Some(m)
 }
 
@@ -54,30 +53,30 @@ pub(super) fn parse_mps(w: &mut Window<'_>, line: usize) -> Option<OomMessage> {
     // MPS has no cache statistics in the message: all of its allocated memory is live.
     m.reserved_bytes = m.allocated_bytes;
     m.missing = missing(&[
-            ("allocated_bytes", m.allocated_bytes.is_some()),
-            ("other_allocations_bytes", m.other_allocations_bytes.is_some()),
-            ("total_bytes", m.total_bytes.is_some()),
-            ("requested_bytes", m.requested_bytes.is_some()),
-        ],
-    );
+        ("allocated_bytes", m.allocated_bytes.is_some()),
+        ("other_allocations_bytes", m.other_allocations_bytes.is_some()),
+        ("total_bytes", m.total_bytes.is_some()),
+        ("requested_bytes", m.requested_bytes.is_some()),
+    ]);
     Some(m)
 }
 
 /// "CUDA error: out of memory": a CUDA runtime call (context creation, a kernel launch, a
 /// library outside the caching allocator) failed. No numbers.
 pub(super) fn parse_cuda_runtime(w: &mut Window<'_>, line: usize) -> Option<OomMessage> {
-    let framework =
-        if w.text().contains("CUDA_ERROR_OUT_OF_MEMORY") && w.text().contains("failed to allocate")
-        {
-            Framework::Tensorflow
-        } else {
-            Framework::Pytorch
-        };
+    let framework = if w.text().contains("CUDA_ERROR_OUT_OF_MEMORY")
+        && w.text().contains("failed to allocate")
+    {
+        Framework::Tensorflow
+    } else {
+        Framework::Pytorch
+    };
     let mut m = OomMessage::new(MessageKind::CudaRuntime, framework, line, w.text());
-    let name = ["CUDA error: out of memory", "HIP error: out of memory", "CUDA_ERROR_OUT_OF_MEMORY"]
-        .into_iter()
-        .find(|n| w.has(n))
-        .unwrap_or("hipErrorOutOfMemory");
+    let name =
+        ["CUDA error: out of memory", "HIP error: out of memory", "CUDA_ERROR_OUT_OF_MEMORY"]
+            .into_iter()
+            .find(|n| w.has(n))
+            .unwrap_or("hipErrorOutOfMemory");
     w.has(name);
     m.error_name = Some(name.to_owned());
     w.has("CUDA_LAUNCH_BLOCKING=1");
@@ -138,10 +137,8 @@ pub(super) fn parse_tensorflow(w: &mut Window<'_>, line: usize) -> Option<OomMes
     let shape_at = text.find("shape")?;
     let open = shape_at + text[shape_at..].find('[')?;
     let close = open + text[open..].find(']')?;
-    let shape: Option<Vec<u64>> = text[open + 1..close]
-        .split(',')
-        .map(|d| d.trim().parse::<u64>().ok())
-        .collect();
+    let shape: Option<Vec<u64>> =
+        text[open + 1..close].split(',').map(|d| d.trim().parse::<u64>().ok()).collect();
     w.consume_to(close + 1);
     let dtype = text[close..]
         .strip_prefix("] and type ")

@@ -225,7 +225,8 @@ impl<R: Read> Machine<R> {
     }
 
     fn memo_get(&mut self, index: u64) -> Result<(), PickleError> {
-        let value = self.memo.get(&index).cloned().ok_or_else(|| self.malformed("unknown memo key"))?;
+        let value =
+            self.memo.get(&index).cloned().ok_or_else(|| self.malformed("unknown memo key"))?;
         self.push(value)
     }
 
@@ -238,7 +239,7 @@ impl<R: Read> Machine<R> {
     fn run(mut self) -> Result<Value, PickleError> {
         loop {
             self.ops += 1;
-            if self.ops % 65_536 == 0 && self.started.elapsed() > self.limits.max_time {
+            if self.ops.is_multiple_of(65_536) && self.started.elapsed() > self.limits.max_time {
                 return Err(PickleError::Limit("time"));
             }
             let at = self.offset;
@@ -297,10 +298,9 @@ impl<R: Read> Machine<R> {
                 b'L' => {
                     let line = self.line()?;
                     let digits = line.trim_end_matches('L');
-                    let v = digits.parse::<i64>().map_or_else(
-                        |_| Value::BigInt(Rc::from(digits.as_bytes())),
-                        Value::Int,
-                    );
+                    let v = digits
+                        .parse::<i64>()
+                        .map_or_else(|_| Value::BigInt(Rc::from(digits.as_bytes())), Value::Int);
                     self.push(v)?;
                 }
                 0x8a => {
@@ -494,7 +494,7 @@ fn refused(op: u8) -> Option<&'static str> {
 }
 
 fn pairs(items: Vec<Value>) -> Option<Vec<(Value, Value)>> {
-    if items.len() % 2 != 0 {
+    if !items.len().is_multiple_of(2) {
         return None;
     }
     let mut out = Vec::with_capacity(items.len() / 2);
@@ -507,11 +507,11 @@ fn pairs(items: Vec<Value>) -> Option<Vec<(Value, Value)>> {
 
 /// Inserts or replaces a str-keyed item (other keys are appended).
 fn set_item(dict: &mut Vec<(Value, Value)>, key: Value, value: Value) {
-    if let Some(k) = key.as_str() {
-        if let Some(slot) = dict.iter_mut().find(|(existing, _)| existing.as_str() == Some(k)) {
-            slot.1 = value;
-            return;
-        }
+    if let Some(k) = key.as_str()
+        && let Some(slot) = dict.iter_mut().find(|(existing, _)| existing.as_str() == Some(k))
+    {
+        slot.1 = value;
+        return;
     }
     dict.push((key, value));
 }

@@ -143,7 +143,12 @@ pub fn write_stats(
     let device = stats.device.map_or_else(String::new, |d| format!(", device {d}"));
     writeln!(out, "{source}{device}")?;
     let row = |out: &mut dyn Write, label: &str, s: crate::stats::Stat| {
-        writeln!(out, "  {label:<24} {:>12} now {:>12} peak", s.current.to_string(), s.peak.to_string())
+        writeln!(
+            out,
+            "  {label:<24} {:>12} now {:>12} peak",
+            s.current.to_string(),
+            s.peak.to_string()
+        )
     };
     row(out, "allocated", stats.allocated)?;
     row(out, "reserved", stats.reserved)?;
@@ -165,7 +170,11 @@ pub fn write_snapshot(
     out: &mut impl Write,
     report: &crate::snapshot::SnapshotReport,
 ) -> io::Result<()> {
-    writeln!(out, "memory snapshot: {} segments ({} expandable)", report.segments, report.expandable_segments)?;
+    writeln!(
+        out,
+        "memory snapshot: {} segments ({} expandable)",
+        report.segments, report.expandable_segments
+    )?;
     let rows: [(&str, String); 7] = [
         ("reserved", report.reserved.to_string()),
         ("allocated", report.allocated.to_string()),
@@ -173,7 +182,10 @@ pub fn write_snapshot(
         ("free inside used segments", report.free_in_used_segments.to_string()),
         ("free in empty segments", report.free_in_empty_segments.to_string()),
         ("largest free block", report.largest_free_block.to_string()),
-        ("fragmentation", format!("{:.0}% of reserved is free but unreleasable", report.fragmentation * 100.0)),
+        (
+            "fragmentation",
+            format!("{:.0}% of reserved is free but unreleasable", report.fragmentation * 100.0),
+        ),
     ];
     for (label, value) in rows {
         writeln!(out, "  {label:<28} {value}")?;
@@ -204,7 +216,13 @@ pub fn write_snapshot(
         writeln!(out)?;
         writeln!(out, "live memory by the frame that allocated it:")?;
         for group in &report.top_allocations {
-            writeln!(out, "  {:>12}  {:>6} blocks  {}", group.bytes.to_string(), group.count, group.frame)?;
+            writeln!(
+                out,
+                "  {:>12}  {:>6} blocks  {}",
+                group.bytes.to_string(),
+                group.count,
+                group.frame
+            )?;
         }
     }
     if !report.timeline.is_empty() {

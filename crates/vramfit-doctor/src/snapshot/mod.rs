@@ -151,10 +151,10 @@ impl Frames {
     fn user_frame(&mut self, frames: Option<&Value>) -> Option<Frame> {
         let frames = frames?;
         let id = frames.identity();
-        if let Some(id) = id {
-            if let Some(hit) = self.cache.get(&id) {
-                return hit.clone();
-            }
+        if let Some(id) = id
+            && let Some(hit) = self.cache.get(&id)
+        {
+            return hit.clone();
         }
         let all: Vec<Frame> = frames
             .items()?
@@ -163,7 +163,10 @@ impl Frames {
                 Some(Frame {
                     filename: f.get("filename")?.as_rc_str()?,
                     line: f.get("line").and_then(|l| l.as_i64()).unwrap_or(0),
-                    name: f.get("name").and_then(|n| n.as_rc_str()).unwrap_or_else(|| Rc::from("?")),
+                    name: f
+                        .get("name")
+                        .and_then(|n| n.as_rc_str())
+                        .unwrap_or_else(|| Rc::from("?")),
                 })
             })
             .collect();
@@ -183,7 +186,8 @@ pub fn analyse(root: &Value, top: usize) -> Result<SnapshotReport, SnapshotError
     } else {
         root.clone()
     };
-    let segments = segments_value.items().ok_or(SnapshotError::Shape("\"segments\" is not a list"))?;
+    let segments =
+        segments_value.items().ok_or(SnapshotError::Shape("\"segments\" is not a list"))?;
     let mut frames = Frames { cache: HashMap::new() };
     let mut report = SnapshotReport {
         segments: 0,
@@ -203,7 +207,8 @@ pub fn analyse(root: &Value, top: usize) -> Result<SnapshotReport, SnapshotError
     };
     let mut groups: HashMap<String, (u64, u64)> = HashMap::new();
     for segment in &segments {
-        let total = u(segment, "total_size").ok_or(SnapshotError::Shape("a segment has no total_size"))?;
+        let total =
+            u(segment, "total_size").ok_or(SnapshotError::Shape("a segment has no total_size"))?;
         report.segments += 1;
         if segment.get("is_expandable").and_then(|e| e.as_bool()) == Some(true) {
             report.expandable_segments += 1;
@@ -299,7 +304,8 @@ fn replay(traces: &[Value], report: &mut SnapshotReport, frames: &mut Frames) {
         report.trace_events += 1;
         raw.push((time - first_time.unwrap_or(0), allocated, reserved));
     }
-    let offset_a = i128::from(report.allocated.get()) + i128::from(report.pending_free.get()) - allocated;
+    let offset_a =
+        i128::from(report.allocated.get()) + i128::from(report.pending_free.get()) - allocated;
     let offset_r = i128::from(report.reserved.get()) - reserved;
     let to_bytes = |v: i128| Bytes(u64::try_from(v.max(0)).unwrap_or(u64::MAX));
     report.timeline = raw

@@ -1,12 +1,205 @@
-//! `vramfit doctor` (being written).
+//! `vramfit doctor`: explain an out-of-memory crash and what to do about it.
+//!
+//! Reads each input (files, or stdin), tells its kind from the content, hands it to
+//! `vramfit_doctor`, and prints the text report or JSON. Exit code 0 when a diagnosis was
+//! made, 2 when an input holds nothing to diagnose or cannot be read.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+
+use serde::Serialize;
+use vramfit_doctor::pickle::{Limits, PickleError};
+use vramfit_doctor::render::{json, text};
+use vramfit_doctor::snapshot::{SnapshotError, SnapshotReport, read_snapshot, write_svg};
+use vramfit_doctor::stats::{AllocatorStats, parse_stats_json, parse_summary};
+use vramfit_doctor::{Diagnosis, InputKind, Report, SizeHints, diagnose_log};
 
 use crate::{Failure, Outcome};
 
 /// Arguments of `vramfit doctor`.
 #[derive(Debug, clap::Args)]
-pub struct DoctorArgs {}
+pub struct DoctorArgs {
+    /// Error messages, logs or tracebacks, memory_summary() text, memory_stats() JSON, or
+    /// memory snapshot pickles (_dump_snapshot). Reads stdin when none is given, or for `-`.
+    #[arg(value_name = "FILE")]
+    files: Vec<PathBuf>,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+
+    /// Write the allocated/reserved timeline of a memory snapshot to this SVG file.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+
+    /// How many allocation sites of a snapshot to list.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    top: usize,
+
+    /// Memory budget for reading a snapshot pickle, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = 4096)]
+    max_memory: u64,
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    /// A report for people.
+    Text,
+    /// The parsed fields and the diagnoses, with their ids.
+    Json,
+}
+
+/// What one input turned out to be.
+#[derive(Debug, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Analysis {
+    Log {
+        input: String,
+        #[serde(flatten)]
+        report: Report,
+    },
+    Stats {
+        input: String,
+        source: &'static str,
+        stats: AllocatorStats,
+        diagnoses: Vec<Diagnosis>,
+    },
+    Snapshot {
+        input: String,
+        #[serde(flatten)]
+        report: SnapshotReport,
+    },
+}
 
 /// Runs `vramfit doctor`.
-pub fn run(_args: DoctorArgs) -> Result<Outcome, Failure> {
-    Err(Failure::new("vramfit doctor is not built yet"))
+pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
+    let inputs = if args.files.is_empty() { vec![PathBuf::from("-")] } else { args.files.clone() };
+    let mut analyses = Vec::with_capacity(inputs.len());
+    for path in &inputs {
+        analyses.push(analyse(path, &args)?);
+    }
+    if let Some(svg_path) = &args.svg {
+        let Some(report) = analyses.iter().rev().find_map(|a| match a {
+            Analysis::Snapshot { report, .. } => Some(report),
+            _ => None,
+        }) else {
+            return Err(Failure::with_hint(
+                "--svg needs a memory snapshot",
+                "record one with torch.cuda.memory._record_memory_history() and torch.cuda.memory._dump_snapshot()",
+            ));
+        };
+        let mut file = io::BufWriter::new(
+            File::create(svg_path)
+                .map_err(|e| Failure::new(format!("cannot write {}: {e}", svg_path.display())))?,
+        );
+        write_svg(&mut file, report)?;
+        file.flush()?;
+    }
+    let mut out = io::stdout().lock();
+    match args.format {
+        Format::Json => match analyses.as_slice() {
+            [one] => json::write(&mut out, one)?,
+            many => json::write(&mut out, &many)?,
+        },
+        Format::Text => {
+            for (i, analysis) in analyses.iter().enumerate() {
+                if i > 0 {
+                    writeln!(out)?;
+                }
+                if analyses.len() > 1 {
+                    writeln!(out, "== {}", name_of(analysis))?;
+                }
+                match analysis {
+                    Analysis::Log { report, .. } => text::write_report(&mut out, report)?,
+                    Analysis::Stats { source, stats, diagnoses, .. } => {
+                        text::write_stats(&mut out, source, stats, diagnoses)?;
+                    }
+                    Analysis::Snapshot { report, .. } => text::write_snapshot(&mut out, report)?,
+                }
+            }
+        }
+    }
+    out.flush()?;
+    Ok(Outcome::Success)
+}
+
+fn name_of(analysis: &Analysis) -> &str {
+    match analysis {
+        Analysis::Log { input, .. }
+        | Analysis::Stats { input, .. }
+        | Analysis::Snapshot { input, .. } => input,
+    }
+}
+
+fn open(path: &PathBuf) -> Result<Box<dyn BufRead>, Failure> {
+    if path.as_os_str() == "-" {
+        return Ok(Box::new(BufReader::new(io::stdin())));
+    }
+    let file = File::open(path)
+        .map_err(|e| Failure::new(format!("cannot read {}: {e}", path.display())))?;
+    Ok(Box::new(BufReader::with_capacity(1 << 16, file)))
+}
+
+fn analyse(path: &PathBuf, args: &DoctorArgs) -> Result<Analysis, Failure> {
+    let name =
+        if path.as_os_str() == "-" { "stdin".to_owned() } else { path.display().to_string() };
+    let mut reader = open(path)?;
+    let head = reader.fill_buf()?.to_vec();
+    match InputKind::detect(&head) {
+        InputKind::Snapshot => {
+            let limits =
+                Limits { max_memory: args.max_memory.saturating_mul(1 << 20), ..Limits::default() };
+            let report = read_snapshot(reader, &limits, args.top)
+                .map_err(|e| snapshot_failure(&name, &e))?;
+            Ok(Analysis::Snapshot { input: name, report })
+        }
+        kind => {
+            let mut bytes = Vec::new();
+            reader.read_to_end(&mut bytes)?;
+            let content = String::from_utf8_lossy(&bytes);
+            match kind {
+                InputKind::StatsJson => {
+                    let stats = parse_stats_json(&content)
+                        .map_err(|e| Failure::new(format!("{name}: {e}")))?;
+                    let diagnoses = vramfit_doctor::diagnosis::diagnose_stats(&stats);
+                    Ok(Analysis::Stats { input: name, source: "memory_stats()", stats, diagnoses })
+                }
+                InputKind::Summary => {
+                    let stats = parse_summary(&content)
+                        .map_err(|e| Failure::new(format!("{name}: {e}")))?;
+                    let diagnoses = vramfit_doctor::diagnosis::diagnose_stats(&stats);
+                    Ok(Analysis::Stats {
+                        input: name,
+                        source: "memory_summary()",
+                        stats,
+                        diagnoses,
+                    })
+                }
+                _ => {
+                    let report = diagnose_log(&content, &SizeHints::default()).ok_or_else(|| {
+                        Failure::with_hint(
+                            format!("no out-of-memory message found in {name}"),
+                            "pass the whole error text or log, a torch.cuda.memory_summary() table, torch.cuda.memory_stats() as JSON, or a snapshot from torch.cuda.memory._dump_snapshot()",
+                        )
+                    })?;
+                    Ok(Analysis::Log { input: name, report })
+                }
+            }
+        }
+    }
+}
+
+fn snapshot_failure(name: &str, err: &SnapshotError) -> Failure {
+    let failure = Failure::new(format!("{name}: {err}"));
+    match err {
+        SnapshotError::Pickle(PickleError::Refused { .. }) => failure.hint(
+            "vramfit only reads data pickles such as torch.cuda.memory._dump_snapshot() writes; do not unpickle this file in Python either",
+        ),
+        SnapshotError::Pickle(PickleError::Limit("memory")) => {
+            failure.hint("raise the budget with --max-memory <MiB>")
+        }
+        _ => failure,
+    }
 }

@@ -1,1 +1,99 @@
-//! Integration tests of `vramfit doctor`.
+//! Integration tests of `vramfit doctor`: whole terminal sessions on the doctor's fixtures.
+
+use std::path::PathBuf;
+
+use insta_cmd::assert_cmd_snapshot;
+
+use crate::cli::vramfit;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../vramfit-doctor/tests/fixtures")
+}
+
+fn doctor() -> std::process::Command {
+    let mut cmd = vramfit();
+    cmd.arg("doctor").current_dir(fixtures());
+    cmd
+}
+
+#[test]
+fn real_message_from_stdin() {
+    let text =
+        std::fs::read_to_string(fixtures().join("messages/003_mgfn_35_capacty_fragmentation.txt"))
+            .unwrap();
+    assert_cmd_snapshot!(doctor().pass_stdin(text));
+}
+
+#[test]
+fn json_has_the_parsed_fields_and_diagnosis_ids() {
+    assert_cmd_snapshot!(doctor().args([
+        "--format",
+        "json",
+        "messages/053_cobra_24_rank_prefix.txt"
+    ]));
+}
+
+#[test]
+fn a_log_with_several_messages_and_their_trend() {
+    assert_cmd_snapshot!(doctor().arg("logs/growing_across_steps.log"));
+}
+
+#[test]
+fn a_truncated_message_says_what_is_missing() {
+    assert_cmd_snapshot!(doctor().arg("logs/truncated.log"));
+}
+
+#[test]
+fn not_an_oom_and_checkpoint_load() {
+    assert_cmd_snapshot!(doctor().args(["logs/not_an_oom.log", "logs/checkpoint_load.log"]));
+}
+
+#[test]
+fn no_oom_message_is_an_error() {
+    assert_cmd_snapshot!(doctor().pass_stdin("epoch 1 loss 0.3\nepoch 2 loss 0.2\n"), @r"
+    success: false
+    exit_code: 2
+    ----- stdout -----
+
+    ----- stderr -----
+    error: no out-of-memory message found in stdin
+    hint: pass the whole error text or log, a torch.cuda.memory_summary() table, torch.cuda.memory_stats() as JSON, or a snapshot from torch.cuda.memory._dump_snapshot()
+    ");
+}
+
+#[test]
+fn memory_summary_and_memory_stats() {
+    assert_cmd_snapshot!(
+        doctor().args(["snapshots/memory_summary.txt", "snapshots/memory_stats.json"])
+    );
+}
+
+#[test]
+fn snapshot_with_chart() {
+    let svg = std::env::temp_dir().join(format!("vramfit-doctor-{}.svg", std::process::id()));
+    assert_cmd_snapshot!(
+        doctor().args(["snapshots/oom_fragmented.pickle", "--top", "3", "--svg"]).arg(&svg)
+    );
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(chart.starts_with("<svg") && chart.contains("<polyline"));
+    let _ = std::fs::remove_file(svg);
+}
+
+#[test]
+fn hostile_pickle_is_refused() {
+    assert_cmd_snapshot!(doctor().arg("snapshots/hostile_reduce.pickle"), @r"
+    success: false
+    exit_code: 2
+    ----- stdout -----
+
+    ----- stderr -----
+    error: snapshots/hostile_reduce.pickle: refusing pickle opcode STACK_GLOBAL at byte 43: it imports or calls Python code, which a memory snapshot never contains
+    hint: vramfit only reads data pickles such as torch.cuda.memory._dump_snapshot() writes; do not unpickle this file in Python either
+    ");
+}
+
+#[test]
+fn missing_file() {
+    let output = doctor().arg("does/not/exist.log").output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}
