@@ -30,7 +30,9 @@ pub(crate) fn state_bytes(
         Optimizer::SgdMomentum | Optimizer::Lion => m(dtype.size())?,
         Optimizer::Adam | Optimizer::Adamw => m(2 * dtype.size())?,
         Optimizer::Adafactor => match matrix {
-            Some((r, c)) => r.checked_add(c).ok_or(Overflow)? * dtype.size(),
+            Some((r, c)) => {
+                r.checked_add(c).and_then(|x| x.checked_mul(dtype.size())).ok_or(Overflow)?
+            }
             None => m(dtype.size())?,
         },
         Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => {
@@ -105,13 +107,21 @@ impl OptimizerRun {
             Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => 0,
             _ => self.dtype.size(),
         };
+        let largest = self
+            .sizes
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .checked_mul(state_size)
+            .ok_or(Overflow)?;
         // Foreach temporaries, one list at a time.
         let temp: u64 = match self.opt {
             // exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs): one per parameter.
             Optimizer::Adam | Optimizer::Adamw => self
                 .sizes
                 .iter()
-                .try_fold(0u64, |a, &n| a.checked_add(n * state_size))
+                .try_fold(0u64, |a, &n| n.checked_mul(state_size).and_then(|b| a.checked_add(b)))
                 .ok_or(Overflow)?,
             // var_estimates = row_var @ col_var for every matrix (grad dtype).
             Optimizer::Adafactor => {
@@ -119,23 +129,30 @@ impl OptimizerRun {
                 let mut vectors = 0u64;
                 for (i, &n) in self.sizes.iter().enumerate() {
                     if g.params.get(i).and_then(|p| p.matrix).is_some() {
-                        matrices = matrices.checked_add(n * state_size).ok_or(Overflow)?;
+                        matrices = n
+                            .checked_mul(state_size)
+                            .and_then(|b| matrices.checked_add(b))
+                            .ok_or(Overflow)?;
                     } else {
-                        vectors += n * state_size;
+                        vectors = n
+                            .checked_mul(state_size)
+                            .and_then(|b| vectors.checked_add(b))
+                            .ok_or(Overflow)?;
                     }
                 }
                 matrices.max(vectors)
             }
             // lion-pytorch: one update tensor at a time.
-            Optimizer::Lion => self.sizes.iter().copied().max().unwrap_or(0) * state_size,
+            Optimizer::Lion => largest,
             _ => 0,
         };
-        let largest = self.sizes.iter().copied().max().unwrap_or(0) * state_size;
         let temp = match (self.implementation, self.opt) {
             (OptimizerImpl::Fused, _) => 0,
             // Single-tensor Adam: `exp_avg_sq.sqrt() / bias_correction2_sqrt` holds two
             // temporaries of one parameter at once.
-            (OptimizerImpl::ForLoop, Optimizer::Adam | Optimizer::Adamw) => 2 * largest,
+            (OptimizerImpl::ForLoop, Optimizer::Adam | Optimizer::Adamw) => {
+                largest.checked_mul(2).ok_or(Overflow)?
+            }
             (OptimizerImpl::ForLoop, Optimizer::Adafactor) => largest,
             (OptimizerImpl::ForLoop, _) => temp.min(largest),
             (OptimizerImpl::Foreach, _) => temp,

@@ -1062,7 +1062,9 @@ pub(crate) fn simulate(spec: &ModelSpec, setup: &TrainSetup) -> R<(Graph, Vec<u6
         cpu: setup.target == Target::CpuOracle,
     };
     let _ = Precision::ALL;
-    let mut g = Graph::new(crate::timeline::Timeline::new());
+    // CUDA's allocator rounds every block to 512 bytes; the CPU oracle counts requested bytes.
+    let granularity = if cx.cpu { 1 } else { 512 };
+    let mut g = Graph::new(crate::timeline::Timeline::new(granularity));
     let model = build_model(&mut g, &cx)?;
     if setup.target == Target::Cuda {
         // cuBLAS workspaces: 8.125 MiB per handle, one for the forward thread and one for the

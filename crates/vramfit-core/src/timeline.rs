@@ -125,11 +125,16 @@ pub(crate) struct Timeline {
     peak_phase: Phase,
     peak_live: ByComponent,
     phase_peaks: [u64; 4],
+    granularity: u64,
 }
 
 impl Timeline {
-    pub(crate) fn new() -> Timeline {
+    /// A timeline whose allocations are rounded up to `granularity` bytes (512 for CUDA's
+    /// caching allocator, whose `max_memory_allocated` counts rounded blocks; 1 to count
+    /// requested bytes as the CPU oracle does).
+    pub(crate) fn new(granularity: u64) -> Timeline {
         Timeline {
+            granularity: granularity.max(1),
             slots: Vec::with_capacity(4096),
             live: [0; 7],
             total: 0,
@@ -158,6 +163,8 @@ impl Timeline {
 
     /// Allocates a storage with one reference.
     pub(crate) fn alloc(&mut self, component: Component, bytes: u64) -> Result<Tid, Overflow> {
+        let bytes =
+            bytes.div_ceil(self.granularity).checked_mul(self.granularity).ok_or(Overflow)?;
         self.total = self.total.checked_add(bytes).ok_or(Overflow)?;
         self.live[component.index()] += bytes;
         let id = Tid(u32::try_from(self.slots.len()).map_err(|_| Overflow)?);
