@@ -215,8 +215,21 @@ fn warnings(spec: &ModelSpec, setup: &TrainSetup) -> Vec<String> {
 
 /// Predicts the peak memory of one steady-state training step.
 pub fn estimate(spec: &ModelSpec, setup: &TrainSetup) -> Result<Estimate, EstimateError> {
+    let cuda_autocast = setup.target == crate::setup::Target::Cuda;
+    estimate_with_autocast_rules(spec, setup, cuda_autocast)
+}
+
+/// As [`estimate`], choosing autocast's op lists separately from the target: the CPU oracle
+/// can emulate CUDA's float32 lists (`validation/oracle.py --autocast-rules cuda`), and this
+/// checks vramfit's model of those lists against it. Everything else follows `setup.target`.
+#[doc(hidden)]
+pub fn estimate_with_autocast_rules(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    cuda_autocast: bool,
+) -> Result<Estimate, EstimateError> {
     check_setup(setup)?;
-    let (graph, sizes) = simulate(spec, setup)?;
+    let (graph, sizes) = simulate(spec, setup, cuda_autocast)?;
     let (peak, phase, at_peak) = graph.tl.peak();
     let pp = graph.tl.phase_peaks();
     let states = states_for_sizes(&sizes, &graph, setup)?;

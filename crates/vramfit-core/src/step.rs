@@ -63,6 +63,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) c: DType,
     pub(crate) autocast: bool,
     pub(crate) cpu: bool,
+    /// Autocast follows CUDA's op lists (fp32 for layer_norm, softmax, pow, ...) rather than
+    /// the CPU's, which only upcast losses.
+    pub(crate) cuda_autocast: bool,
 }
 
 impl Ctx<'_> {
@@ -334,7 +337,7 @@ fn norm(g: &mut Graph, cx: &Ctx<'_>, x: T, params: &[ParamId], rows: u64) -> R<T
             // native_layer_norm saves input, weight, bias, mean and rstd (fp32, per row).
             // CUDA autocast runs layer_norm in fp32 (a cast copy if the input is 16-bit).
             let (xi, copied) =
-                if cx.autocast && !cx.cpu { to(g, x, DType::F32)? } else { (x, false) };
+                if cx.autocast && cx.cuda_autocast { to(g, x, DType::F32)? } else { (x, false) };
             let y = new(g, xi.dt, xi.numel)?;
             let stats = g.alloc(mul(small, 2)?)?;
             let mut grads = vec![Grad::New(xi.id, xi.bytes())];
@@ -546,7 +549,7 @@ fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R<T> {
                 s.architecture,
                 Architecture::Gpt2 | Architecture::Bert | Architecture::Roberta
             );
-            let softmax_dt = if math || explicit_fp32 || (cx.autocast && !cx.cpu) {
+            let softmax_dt = if math || explicit_fp32 || (cx.autocast && cx.cuda_autocast) {
                 DType::F32
             } else {
                 masked.dt
@@ -781,7 +784,7 @@ fn activation(g: &mut Graph, cx: &Ctx<'_>, x: T) -> R<T> {
             // fp32 (a cast copy of x, saved), and fp32 then propagates through the formula;
             // CPU autocast leaves it in the low dtype.
             let half = unary(g, x, x.dt, false, false)?;
-            let fp32_pow = cx.autocast && !cx.cpu && x.dt != DType::F32;
+            let fp32_pow = cx.autocast && cx.cuda_autocast && x.dt != DType::F32;
             let (xp, copied) = if fp32_pow { to(g, x, DType::F32)? } else { (x, false) };
             let cube = unary(g, xp, xp.dt, true, false)?;
             if copied {
@@ -1050,7 +1053,11 @@ fn hidden_dtype(cx: &Ctx<'_>) -> DType {
 
 /// Runs one steady-state training iteration (micro-batches, step, `zero_grad`) and returns the
 /// graph with its timeline.
-pub(crate) fn simulate(spec: &ModelSpec, setup: &TrainSetup) -> R<(Graph, Vec<u64>)> {
+pub(crate) fn simulate(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    cuda_autocast: bool,
+) -> R<(Graph, Vec<u64>)> {
     let precision = setup.precision;
     let cx = Ctx {
         spec,
@@ -1060,6 +1067,7 @@ pub(crate) fn simulate(spec: &ModelSpec, setup: &TrainSetup) -> R<(Graph, Vec<u6
         c: precision.compute_dtype(),
         autocast: precision.autocast(),
         cpu: setup.target == Target::CpuOracle,
+        cuda_autocast,
     };
     let _ = Precision::ALL;
     // CUDA's allocator rounds every block to 512 bytes; the CPU oracle counts requested bytes.

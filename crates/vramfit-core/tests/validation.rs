@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 use vramfit_core::{
     Attention, Checkpointing, DType, ModelSpec, Optimizer, OptimizerImpl, Precision, Target,
-    TrainSetup, catalog, estimate,
+    TrainSetup, catalog, estimate::estimate_with_autocast_rules,
 };
 
 const TOLERANCE_PERCENT: f64 = 5.0;
@@ -86,16 +86,25 @@ fn oracle_phase(case: &Value) -> String {
     notes.split("; ").find_map(|n| n.strip_prefix("peak_phase=")).unwrap_or("?").to_string()
 }
 
+const RESULTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/results.jsonl");
+const RESULTS_CUDA_AUTOCAST: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/results-cuda-autocast.jsonl");
+
 fn rows() -> Vec<Row> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/results.jsonl");
-    let text = std::fs::read_to_string(path).expect("validation/results.jsonl is committed");
+    rows_from(RESULTS, false)
+}
+
+/// `cuda_autocast`: the file was produced with CUDA's autocast op lists emulated on the CPU.
+fn rows_from(path: &str, cuda_autocast: bool) -> Vec<Row> {
+    let text = std::fs::read_to_string(path).expect("oracle results are committed");
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|line| {
             let case: Value = serde_json::from_str(line).expect("a JSON line");
             let spec = spec_for(&case);
             let setup = setup_for(&case);
-            let e = estimate(&spec, &setup).unwrap_or_else(|err| panic!("{line}: {err}"));
+            let e = estimate_with_autocast_rules(&spec, &setup, cuda_autocast)
+                .unwrap_or_else(|err| panic!("{line}: {err}"));
             Row {
                 id: str_field(&case, "id").to_string(),
                 architecture: str_field(&case, "architecture").to_string(),
@@ -190,6 +199,36 @@ fn predictions_are_within_five_percent_of_the_oracle() {
         failing.len(),
         failing.join("\n")
     );
+}
+
+#[track_caller]
+fn check_within_tolerance(rows: &[Row]) {
+    let failing: Vec<String> = rows
+        .iter()
+        .filter(|r| r.error_percent().abs() > TOLERANCE_PERCENT)
+        .map(|r| format!("{} ({:+.2}%)", r.id, r.error_percent()))
+        .collect();
+    assert!(
+        failing.is_empty(),
+        "{} case(s) off by more than 5%:\n{}",
+        failing.len(),
+        failing.join("\n")
+    );
+}
+
+/// The mixed-precision cases rerun with CUDA's autocast op lists: vramfit's model of those
+/// lists (the part of `Target::Cuda` a CPU can check) meets the same 5% bar.
+#[test]
+fn cuda_autocast_rules_are_within_five_percent_of_the_oracle() {
+    let rows = rows_from(RESULTS_CUDA_AUTOCAST, true);
+    assert!(!rows.is_empty(), "no CUDA-autocast oracle cases");
+    let s = summarize(&rows);
+    println!("{}", table(&rows));
+    println!(
+        "{} CUDA-autocast cases; median |error| {:.2}%, worst {:.2}% ({})",
+        s.cases, s.median, s.worst, s.worst_id
+    );
+    check_within_tolerance(&rows);
 }
 
 /// `cargo test -p vramfit-core --test validation -- --ignored` regenerates ACCURACY.md.
