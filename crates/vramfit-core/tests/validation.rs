@@ -250,7 +250,7 @@ fn write_accuracy_md() {
     .unwrap();
     writeln!(
         doc,
-        "**{} cases, {} architectures ({}): median |error| {:.2}%, worst {:.2}%** (`{}`).\n",
+        "**{} cases, {} architectures ({}): median |error| {:.3}%, worst {:.2}%** (`{}`).\n",
         s.cases,
         s.architectures.len(),
         s.architectures.join(", "),
