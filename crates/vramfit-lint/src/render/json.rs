@@ -1,0 +1,71 @@
+//! JSON output: an array of findings with Ruff's field names.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use super::{display_path, position, span};
+use crate::diagnostic::Applicability;
+use crate::files::FileReport;
+use crate::source::Position;
+
+#[derive(Serialize)]
+struct JsonDiagnostic<'a> {
+    code: &'static str,
+    name: &'static str,
+    message: &'a str,
+    help: &'a str,
+    filename: String,
+    location: Position,
+    end_location: Position,
+    fix: Option<JsonFix<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonFix<'a> {
+    applicability: Applicability,
+    message: &'a str,
+    edits: Vec<JsonEdit<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonEdit<'a> {
+    content: &'a str,
+    location: Position,
+    end_location: Position,
+}
+
+/// Writes all findings as one pretty-printed JSON array.
+pub fn write_json(out: &mut dyn Write, reports: &[FileReport]) -> io::Result<()> {
+    let mut items = Vec::new();
+    for report in reports {
+        for diagnostic in &report.checked.diagnostics {
+            let (location, end_location) = span(&report.source, diagnostic);
+            let fix = diagnostic.fix.as_ref().map(|fix| JsonFix {
+                applicability: fix.applicability,
+                message: &fix.message,
+                edits: fix
+                    .edits
+                    .iter()
+                    .map(|edit| JsonEdit {
+                        content: &edit.content,
+                        location: position(&report.source, edit.range.start()),
+                        end_location: position(&report.source, edit.range.end()),
+                    })
+                    .collect(),
+            });
+            items.push(JsonDiagnostic {
+                code: diagnostic.rule.code(),
+                name: diagnostic.rule.name(),
+                message: &diagnostic.message,
+                help: &diagnostic.help,
+                filename: display_path(&report.path),
+                location,
+                end_location,
+                fix,
+            });
+        }
+    }
+    serde_json::to_writer_pretty(&mut *out, &items).map_err(io::Error::other)?;
+    writeln!(out)
+}

@@ -1,0 +1,82 @@
+//! SARIF 2.1.0, for GitHub code scanning and other static-analysis viewers.
+
+use std::io::{self, Write};
+
+use serde_json::{Value, json};
+
+use super::{display_path, span};
+use crate::files::FileReport;
+use crate::registry::RULES;
+
+const SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";
+
+/// Writes one SARIF log with one run listing every rule and every finding.
+pub fn write_sarif(out: &mut dyn Write, reports: &[FileReport]) -> io::Result<()> {
+    let rules: Vec<Value> = RULES
+        .iter()
+        .map(|info| {
+            let doc = info.rule.documentation();
+            let summary = doc
+                .lines()
+                .skip_while(|line| !line.starts_with("## What it does"))
+                .nth(1)
+                .unwrap_or(info.name)
+                .to_string();
+            json!({
+                "id": info.code,
+                "name": info.name,
+                "shortDescription": { "text": summary },
+                "fullDescription": { "text": summary },
+                "help": { "text": doc, "markdown": doc },
+                "defaultConfiguration": {
+                    "level": "warning",
+                    "enabled": !info.preview,
+                },
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for report in reports {
+        for diagnostic in &report.checked.diagnostics {
+            let (start, end) = span(&report.source, diagnostic);
+            let mut result = json!({
+                "ruleId": diagnostic.rule.code(),
+                "ruleIndex": diagnostic.rule as usize,
+                "level": "warning",
+                "message": { "text": format!("{} (help: {})", diagnostic.message, diagnostic.help) },
+                "locations": [{
+                    "physicalLocation": {
+                        "artifactLocation": { "uri": display_path(&report.path) },
+                        "region": {
+                            "startLine": start.row,
+                            "startColumn": start.column,
+                            "endLine": end.row,
+                            "endColumn": end.column,
+                        },
+                    },
+                }],
+            });
+            if let (Some(cell), Some(object)) = (start.cell, result.as_object_mut()) {
+                object.insert("properties".into(), json!({ "notebookCell": cell }));
+            }
+            results.push(result);
+        }
+    }
+    let log = json!({
+        "$schema": SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {
+                "driver": {
+                    "name": "vramfit",
+                    "version": env!("CARGO_PKG_VERSION"),
+                    "informationUri": "https://github.com/vramfit/vramfit",
+                    "rules": rules,
+                },
+            },
+            "results": results,
+        }],
+    });
+    serde_json::to_writer_pretty(&mut *out, &log).map_err(io::Error::other)?;
+    writeln!(out)
+}
