@@ -200,3 +200,29 @@ fn warnings_name_the_caveats() {
         estimate(&s, &long).unwrap().warnings.iter().any(|w| w.contains("1024 learned positions"))
     );
 }
+
+#[test]
+fn every_truncation_of_every_catalog_config_is_an_error_not_a_panic() {
+    for name in catalog::names() {
+        let json = catalog::config_json(name).unwrap().trim_end();
+        // Every prefix that stops before the closing brace.
+        for end in (0..json.len()).filter(|&i| json.is_char_boundary(i)) {
+            let Err(e) = ModelSpec::from_hf_config(&json[..end]) else {
+                panic!("{name}: a truncated config parsed at {end}");
+            };
+            assert!(!e.to_string().contains('\n'));
+        }
+    }
+}
+
+#[test]
+fn every_catalog_model_estimates_on_every_precision() {
+    for name in catalog::names() {
+        let s = spec(name);
+        for precision in Precision::ALL {
+            let setup = TrainSetup { precision, seq_len: 256, ..TrainSetup::default() };
+            let e = estimate(&s, &setup).unwrap_or_else(|err| panic!("{name}: {err}"));
+            assert!(e.peak_allocated > e.model_states_detail.parameters, "{name}");
+        }
+    }
+}
