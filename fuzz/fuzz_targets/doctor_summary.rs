@@ -1,0 +1,11 @@
+//! Any text through the memory_summary() parser and the allocator-state diagnoses.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(stats) = vramfit_doctor::stats::parse_summary(&text) {
+        let _ = vramfit_doctor::diagnosis::diagnose_stats(&stats);
+    }
+});
