@@ -1,0 +1,430 @@
+//! The training step as a program: forward layer by layer, the loss, backward, the optimizer
+//! step and `zero_grad`, each op allocating and saving what PyTorch does. The programs follow
+//! `transformers`' modules (`modeling_llama.py` and relatives) op by op; the dtype each tensor
+//! gets follows autocast's rules.
+
+mod attention;
+mod layer;
+mod ops;
+
+use self::layer::layer_forward;
+use self::ops::{add, dropout, linear, new, norm, to, unary};
+use crate::graph::{Grad, Graph, ParamId};
+use crate::model::{Head, ModelSpec, Norm, Positions};
+use crate::setup::{Checkpointing, Target, TrainSetup};
+use crate::timeline::Phase;
+use crate::units::{DType, Overflow};
+
+/// A tensor in flight: its storage, dtype and element count.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct T {
+    pub(crate) id: crate::timeline::Tid,
+    pub(crate) dt: DType,
+    pub(crate) numel: u64,
+}
+
+impl T {
+    fn bytes(self) -> u64 {
+        self.numel * self.dt.size()
+    }
+}
+
+type R<X> = Result<X, Overflow>;
+
+fn mul(a: u64, b: u64) -> R<u64> {
+    a.checked_mul(b).ok_or(Overflow)
+}
+
+fn promote(a: DType, b: DType) -> DType {
+    if a == DType::F32 || b == DType::F32 { DType::F32 } else { a }
+}
+
+/// Parameters of one layer, in use order.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LayerParams {
+    norm1: Vec<ParamId>,
+    qkv: Vec<ParamId>,
+    qkv_bias: Vec<ParamId>,
+    qk_norm: Vec<ParamId>,
+    o: ParamIdOpt,
+    o_bias: ParamIdOpt,
+    norm2: Vec<ParamId>,
+    sandwich: Vec<ParamId>,
+    router: ParamIdOpt,
+    mlp: Vec<ParamId>,
+    mlp_bias: Vec<ParamId>,
+}
+
+type ParamIdOpt = Option<ParamId>;
+
+/// Everything fixed for one estimate.
+pub(crate) struct Ctx<'a> {
+    pub(crate) spec: &'a ModelSpec,
+    pub(crate) setup: &'a TrainSetup,
+    /// Tokens per micro-batch.
+    pub(crate) n: u64,
+    /// Parameter dtype.
+    pub(crate) p: DType,
+    /// Matmul dtype.
+    pub(crate) c: DType,
+    pub(crate) autocast: bool,
+    pub(crate) cpu: bool,
+    /// Autocast follows CUDA's op lists (fp32 for layer_norm, softmax, pow, ...) rather than
+    /// the CPU's, which only upcast losses.
+    pub(crate) cuda_autocast: bool,
+}
+
+impl Ctx<'_> {
+    /// Dtype of a matmul output given its input's dtype.
+    fn mm_out(&self, x: DType) -> DType {
+        if self.autocast { self.c } else { x }
+    }
+}
+
+pub(crate) struct Model {
+    pub(crate) embed: ParamId,
+    pub(crate) positions: Option<ParamId>,
+    pub(crate) token_types: Option<ParamId>,
+    pub(crate) embed_norm: Vec<ParamId>,
+    pub(crate) layers: Vec<LayerParams>,
+    pub(crate) final_norm: Vec<ParamId>,
+    pub(crate) mlm: Vec<ParamId>,
+    pub(crate) head: ParamId,
+    pub(crate) head_bias: Option<ParamId>,
+}
+
+/// Registers the model's parameters (resident from the start).
+pub(crate) fn build_model(g: &mut Graph, cx: &Ctx<'_>) -> R<Model> {
+    let s = cx.spec;
+    let h = s.hidden_size;
+    let p = cx.p.size();
+    let cast = |numel: u64| if cx.autocast { numel * cx.c.size() } else { 0 };
+    let mut param = |g: &mut Graph, numel: u64, matmul: bool| -> R<ParamId> {
+        let bytes = mul(numel, p)?;
+        g.tl.alloc(crate::timeline::Component::Parameters, bytes)?;
+        Ok(g.add_param(bytes, if matmul { cast(numel) } else { 0 }))
+    };
+    let matrix = |g: &mut Graph,
+                  rows: u64,
+                  cols: u64,
+                  param: &mut dyn FnMut(&mut Graph, u64, bool) -> R<ParamId>|
+     -> R<ParamId> {
+        let id = param(g, mul(rows, cols)?, true)?;
+        g.set_matrix(id, rows, cols);
+        Ok(id)
+    };
+    let norm = |g: &mut Graph,
+                param: &mut dyn FnMut(&mut Graph, u64, bool) -> R<ParamId>,
+                width: u64|
+     -> R<Vec<ParamId>> {
+        let mut v = vec![param(g, width, false)?];
+        if s.norm == Norm::LayerNorm {
+            v.push(param(g, width, true)?);
+        }
+        Ok(v)
+    };
+    let table = |g: &mut Graph,
+                 rows: u64,
+                 cols: u64,
+                 param: &mut dyn FnMut(&mut Graph, u64, bool) -> R<ParamId>|
+     -> R<ParamId> {
+        let id = param(g, mul(rows, cols)?, false)?;
+        g.set_matrix(id, rows, cols);
+        Ok(id)
+    };
+    let embed = matrix(g, s.vocab_size, h, &mut param)?;
+    let positions = match s.positions {
+        Positions::Learned { max_positions } => Some(table(g, max_positions, h, &mut param)?),
+        Positions::Rotary { .. } => None,
+    };
+    let token_types = if s.type_vocab_size > 0 {
+        Some(table(g, s.type_vocab_size, h, &mut param)?)
+    } else {
+        None
+    };
+    let embed_norm = if s.head == Head::MaskedLm { norm(g, &mut param, h)? } else { Vec::new() };
+    let q = s.q_width();
+    let kv = s.kv_width();
+    let i = s.intermediate_size;
+    let mut layers = Vec::new();
+    for _ in 0..s.n_layers {
+        let mut l = LayerParams { norm1: norm(g, &mut param, h)?, ..LayerParams::default() };
+        if s.fused_qkv {
+            l.qkv.push(matrix(g, h, q + 2 * kv, &mut param)?);
+            if s.qkv_bias {
+                l.qkv_bias.push(param(g, q + 2 * kv, true)?);
+            }
+        } else {
+            for w in [q, kv, kv] {
+                l.qkv.push(matrix(g, h, w, &mut param)?);
+                if s.qkv_bias {
+                    l.qkv_bias.push(param(g, w, true)?);
+                }
+            }
+        }
+        if s.qk_norm {
+            l.qk_norm = vec![param(g, s.head_dim, false)?, param(g, s.head_dim, false)?];
+        }
+        l.o = Some(matrix(g, q, h, &mut param)?);
+        if s.o_bias {
+            l.o_bias = Some(param(g, h, true)?);
+        }
+        l.norm2 = norm(g, &mut param, h)?;
+        if s.sandwich_norm {
+            l.sandwich = norm(g, &mut param, h)?;
+            l.sandwich.extend(norm(g, &mut param, h)?);
+        }
+        if let Some(m) = s.moe {
+            // transformers 5 keeps each layer's experts as two 3-D parameters:
+            // gate_up_proj [E, 2I, H] and down_proj [E, H, I].
+            l.router = Some(matrix(g, h, m.experts, &mut param)?);
+            l.mlp.push(matrix(g, mul(m.experts, 2 * i)?, h, &mut param)?);
+            l.mlp.push(matrix(g, mul(m.experts, h)?, i, &mut param)?);
+        }
+        let dense_mlps = if s.moe.is_some() { 0 } else { 1 };
+        for _ in 0..dense_mlps {
+            if s.gated_mlp {
+                if s.fused_gate_up {
+                    l.mlp.push(matrix(g, h, 2 * i, &mut param)?);
+                } else {
+                    l.mlp.push(matrix(g, h, i, &mut param)?);
+                    l.mlp.push(matrix(g, h, i, &mut param)?);
+                }
+            } else {
+                l.mlp.push(matrix(g, h, i, &mut param)?);
+                if s.mlp_bias {
+                    l.mlp_bias.push(param(g, i, true)?);
+                }
+            }
+            l.mlp.push(matrix(g, i, h, &mut param)?);
+            if s.mlp_bias {
+                l.mlp_bias.push(param(g, h, true)?);
+            }
+        }
+        layers.push(l);
+    }
+    let (final_norm, mlm) = match s.head {
+        Head::CausalLm => (norm(g, &mut param, h)?, Vec::new()),
+        Head::MaskedLm => {
+            let mut v = vec![matrix(g, h, h, &mut param)?, param(g, h, true)?];
+            v.extend(norm(g, &mut param, h)?);
+            (Vec::new(), v)
+        }
+    };
+    let head = if s.tied_embeddings { embed } else { matrix(g, s.vocab_size, h, &mut param)? };
+    let head_bias =
+        if s.head == Head::MaskedLm { Some(param(g, s.vocab_size, true)?) } else { None };
+    // Buffers: rotary inverse frequencies (two copies), BERT's position and token-type ids.
+    let buffers = match s.positions {
+        Positions::Rotary { dims } => dims / 2 * 2 * if cx.p == DType::F32 { 4 } else { 2 },
+        Positions::Learned { max_positions } if s.head == Head::MaskedLm => max_positions * 16,
+        Positions::Learned { .. } => 0,
+    };
+    if buffers > 0 {
+        g.tl.alloc(crate::timeline::Component::Parameters, buffers)?;
+    }
+    Ok(Model {
+        embed,
+        positions,
+        token_types,
+        embed_norm,
+        layers,
+        final_norm,
+        mlm,
+        head,
+        head_bias,
+    })
+}
+
+/// Embedding lookup (and positions, token types, scaling, dropout, BERT's LayerNorm).
+fn embed(g: &mut Graph, cx: &Ctx<'_>, m: &Model) -> R<T> {
+    let s = cx.spec;
+    let n = cx.n;
+    let h = s.hidden_size;
+    let e = mul(n, h)?;
+    let grad_of = |g: &Graph, p: ParamId| Grad::Param(p, g.params.get(p.0).map_or(0, |x| x.bytes));
+    // The dense weight gradient of `embedding`: on the CPU oracle the backward is traced
+    // through its decomposition (`new_zeros` + out-of-place `index_put`), so two table-sized
+    // buffers exist at once; CUDA's kernel writes one.
+    let table =
+        |g: &Graph, p: ParamId| if cx.cpu { g.params.get(p.0).map_or(0, |x| x.bytes) } else { 0 };
+    let mut x = new(g, cx.p, e)?;
+    g.record_with_transient(&[x.id], &[], vec![grad_of(g, m.embed)], table(g, m.embed));
+    if s.scaled_embeddings {
+        let y = unary(g, x, x.dt, false, false)?;
+        g.drop(x.id);
+        x = y;
+    }
+    if let Some(tt) = m.token_types {
+        let t = new(g, cx.p, e)?;
+        g.record(&[t.id], &[], vec![grad_of(g, tt)]);
+        let y = add(g, x, t)?;
+        g.drop(x.id);
+        g.drop(t.id);
+        x = y;
+    }
+    if let Some(pp) = m.positions {
+        let per = if s.head == Head::MaskedLm { e } else { mul(cx.setup.seq_len, h)? };
+        let t = new(g, cx.p, per)?;
+        g.record(&[t.id], &[], vec![grad_of(g, pp)]);
+        let y = add(g, x, t)?;
+        g.drop(x.id);
+        g.drop(t.id);
+        x = y;
+    }
+    if !m.embed_norm.is_empty() {
+        let y = norm(g, cx, x, &m.embed_norm, n)?;
+        g.drop(x.id);
+        x = y;
+    }
+    let y = dropout(g, cx, x, s.embedding_dropout)?;
+    if y.id != x.id {
+        g.drop(x.id);
+    }
+    Ok(y)
+}
+
+/// The head and the loss. Returns the loss tensor (its gradient seeds backward).
+fn head_and_loss(g: &mut Graph, cx: &Ctx<'_>, m: &Model, h: T) -> R<T> {
+    let s = cx.spec;
+    let n = cx.n;
+    let v = s.vocab_size;
+    let mut x = h;
+    let mut owned = false;
+    if s.head == Head::MaskedLm {
+        // transform: dense + gelu + LayerNorm
+        let d = linear(g, cx, x, s.hidden_size, m.mlm[0], m.mlm.get(1).copied())?;
+        let a = unary(g, d, d.dt, true, false)?;
+        g.drop(d.id);
+        let ln = norm(g, cx, a, &m.mlm[2..], n)?;
+        g.drop(a.id);
+        x = ln;
+        owned = true;
+    }
+    let logits = linear(g, cx, x, v, m.head, m.head_bias)?;
+    if owned {
+        g.drop(x.id);
+    }
+    let logits = if let Some(_cap) = s.final_softcap {
+        let a = unary(g, logits, logits.dt, false, false)?;
+        g.drop(logits.id);
+        let t = unary(g, a, a.dt, false, true)?;
+        g.drop(a.id);
+        let b = unary(g, t, t.dt, false, false)?;
+        g.drop(t.id);
+        b
+    } else {
+        logits
+    };
+    // Causal LMs use `ForCausalLMLoss`: logits.float(), then cross_entropy = log_softmax + nll.
+    // BERT/RoBERTa call `CrossEntropyLoss()` on the logits as they are; autocast (CPU and
+    // CUDA alike) runs cross_entropy in fp32, pure bf16 keeps it in bf16.
+    let loss_dt = if s.head == Head::CausalLm || cx.autocast { DType::F32 } else { logits.dt };
+    let (l32, copied) = to(g, logits, loss_dt)?;
+    let logp = unary(g, l32, loss_dt, false, true)?;
+    if copied {
+        g.drop(l32.id);
+    }
+    let loss = new(g, DType::F32, 1)?;
+    g.record(&[loss.id], &[logp.id], vec![Grad::New(logp.id, mul(mul(n, v)?, loss_dt.size())?)]);
+    g.drop(logp.id);
+    // The model output (with the logits) is dropped once `.loss` is taken.
+    g.drop(logits.id);
+    Ok(loss)
+}
+
+/// One micro-batch: forward, loss, backward.
+fn micro_batch(g: &mut Graph, cx: &Ctx<'_>, m: &Model) -> R<()> {
+    let s = cx.spec;
+    g.tl.set_phase(Phase::Forward);
+    let ids = g.alloc(mul(cx.n, 8)?)?;
+    let mut x = embed(g, cx, m)?;
+    let checkpoint = cx.setup.checkpointing == Checkpointing::Full;
+    for layer in 0..s.n_layers as usize {
+        let y = if checkpoint {
+            g.saving = false;
+            let mark = g.mark();
+            let y = layer_forward(g, cx, m, x, layer)?;
+            g.saving = true;
+            g.truncate(mark);
+            g.record_checkpoint(x.id, y.id, layer);
+            y
+        } else {
+            layer_forward(g, cx, m, x, layer)?
+        };
+        g.drop(x.id);
+        x = y;
+    }
+    let h = if s.head == Head::CausalLm {
+        let y = norm(g, cx, x, &m.final_norm, cx.n)?;
+        g.drop(x.id);
+        y
+    } else {
+        x
+    };
+    g.tl.set_phase(Phase::Loss);
+    let loss = head_and_loss(g, cx, m, h)?;
+    g.drop(h.id);
+    g.clear_autocast_cache();
+    g.tl.set_phase(Phase::Backward);
+    g.seed_grad(loss.id, 4)?;
+    let mut replay =
+        |g: &mut Graph, input: crate::timeline::Tid, layer: usize| -> R<crate::timeline::Tid> {
+            let x = T { id: input, dt: hidden_dtype(cx), numel: mul(cx.n, s.hidden_size)? };
+            let y = layer_forward(g, cx, m, x, layer)?;
+            g.clear_autocast_cache();
+            Ok(y.id)
+        };
+    g.backward(0, &mut replay)?;
+    g.drop(loss.id);
+    g.drop(ids);
+    Ok(())
+}
+
+/// The residual stream's dtype: the parameters' (fp32 under autocast: additions promote).
+fn hidden_dtype(cx: &Ctx<'_>) -> DType {
+    cx.p
+}
+
+/// Runs one steady-state training iteration (micro-batches, step, `zero_grad`) and returns the
+/// graph with its timeline.
+pub(crate) fn simulate(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    cuda_autocast: bool,
+) -> R<(Graph, Vec<u64>)> {
+    let precision = setup.precision;
+    let cx = Ctx {
+        spec,
+        setup,
+        n: mul(setup.micro_batch, setup.seq_len)?,
+        p: precision.param_dtype(),
+        c: precision.compute_dtype(),
+        autocast: precision.autocast(),
+        cpu: setup.target == Target::CpuOracle,
+        cuda_autocast,
+    };
+    // CUDA's allocator rounds every block to 512 bytes; the CPU oracle counts requested bytes.
+    let granularity = if cx.cpu { 1 } else { 512 };
+    let mut g = Graph::new(crate::timeline::Timeline::new(granularity));
+    let model = build_model(&mut g, &cx)?;
+    if setup.target == Target::Cuda {
+        // cuBLAS workspaces: 8.125 MiB per handle, one for the forward thread and one for the
+        // autograd device thread.
+        g.tl.alloc(crate::timeline::Component::Workspace, 2 * 8_519_680)?;
+    }
+    let sizes: Vec<u64> = g.params.iter().map(|p| p.bytes / cx.p.size()).collect();
+    let mut opt = crate::optim::OptimizerRun::new(setup, cx.p, &sizes, cx.cpu);
+    // The steady state: the optimizer state exists before the forward (the previous step
+    // created it). The first iteration of a run is the same stream without that state, and
+    // its first `step()` creates the state with every gradient alive, which is exactly the
+    // steady-state step; so one steady iteration has the peak of any number of them.
+    opt.create_state(&mut g)?;
+    for _ in 0..setup.grad_accum {
+        micro_batch(&mut g, &cx, &model)?;
+    }
+    g.tl.set_phase(Phase::OptimizerStep);
+    opt.step(&mut g)?;
+    g.zero_grad();
+    Ok((g, sizes))
+}
