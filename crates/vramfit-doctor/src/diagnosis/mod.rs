@@ -145,7 +145,7 @@ fn percent(part: Bytes, whole: Bytes) -> String {
 
 /// Every diagnosis that holds for one message, most specific first.
 pub fn diagnose_message(message: &OomMessage, hints: &SizeHints) -> Vec<Diagnosis> {
-    let checks: [Option<Diagnosis>; 9] = [
+    let checks: [Option<Diagnosis>; 8] = [
         not_an_oom::check(message),
         outside_allocator::check(message),
         jax_or_tensorflow::check(message),
@@ -154,9 +154,10 @@ pub fn diagnose_message(message: &OomMessage, hints: &SizeHints) -> Vec<Diagnosi
         huge_request::check(message, hints),
         other_processes::check(message),
         free_but_refused::check(message),
-        real_shortage::check(message),
     ];
     let mut found: Vec<Diagnosis> = checks.into_iter().flatten().collect();
+    let explained = found.iter().any(|d| d.id != DiagnosisId::EvaluationOrCheckpoint);
+    found.extend(real_shortage::check(message, !explained));
     // A little idle cache next to a full card is a footnote to the shortage, not its cause.
     let minor_fragmentation = message
         .reserved_unallocated_bytes

@@ -1,13 +1,15 @@
 //! # real_shortage
 //!
-//! **What it means.** Live tensors fill the card: what PyTorch has handed to tensors
-//! ("allocated") is most of the capacity the process may use, and the request does not fit in
-//! what is left. No allocator setting creates memory; the run needs less of it.
+//! **What it means.** The card (or the share of it this process may use) is full: live
+//! tensors fill it, or so little is free that the request cannot fit, and no allocator
+//! setting creates memory. The run needs less of it.
 //!
-//! **Evidence.** allocated ≥ 75% of the capacity (the card, or the memory-fraction cap, or
-//! the MPS limit counting its other allocations) and the request larger than what is free.
-//! The shortfall reported is `requested - free`: the least that must go at the failing
-//! allocation (the run may need more later in the step).
+//! **Evidence.** Either allocated ≥ 75% of the capacity (the card, the memory-fraction cap,
+//! or the MPS limit counting its other allocations) with the request larger than what is
+//! free, or free ≤ 5% of the capacity and smaller than the request, or — when no other
+//! diagnosis explains the message — simply a request larger than what is free. The shortfall reported
+//! is `requested - free`: the least that must go at the failing allocation (the run may
+//! need more later in the step).
 //!
 //! **Remedies.** In the order of the seed thread, cheapest first: micro-batch with gradient
 //! accumulation, bf16, an 8-bit optimizer, activation checkpointing, ZeRO / offload. Sizing
@@ -18,14 +20,12 @@ use crate::bytes::Bytes;
 use crate::message::{MessageKind, OomMessage};
 use crate::remedy::{Remedy, TRAINING_CHANGES, plan_request};
 
-/// Checks one message.
-pub fn check(m: &OomMessage) -> Option<Diagnosis> {
+/// Checks one message. With `fallback` (no other diagnosis explains the message), a request
+/// larger than what is free is enough.
+pub fn check(m: &OomMessage, fallback: bool) -> Option<Diagnosis> {
     let capacity = m.capacity_bytes()?;
-    let allocated = m.allocated_bytes?;
-    let used = allocated.saturating_add(m.other_allocations_bytes.unwrap_or_default());
-    if used.ratio(capacity) < 0.75 {
-        return None;
-    }
+    let used =
+        m.allocated_bytes.map(|a| a.saturating_add(m.other_allocations_bytes.unwrap_or_default()));
     let shortfall = match (m.requested_bytes, m.free_bytes) {
         (Some(r), Some(free)) => Some(r.saturating_sub(free)),
         _ => None,
@@ -33,34 +33,54 @@ pub fn check(m: &OomMessage) -> Option<Diagnosis> {
     if shortfall.is_some_and(|s| s.get() == 0) {
         return None;
     }
-    let mut d = Diagnosis::new(
-        DiagnosisId::RealShortage,
-        format!(
-            "real shortage: tensors use {} of the {capacity} available",
-            percent(used, capacity)
+    let tensors_fill = used.is_some_and(|u| u.ratio(capacity) >= 0.75);
+    let card_full = shortfall.is_some() && m.free_bytes.is_some_and(|f| f.ratio(capacity) <= 0.05);
+    let does_not_fit = fallback && shortfall.is_some();
+    if !tensors_fill && !card_full && !does_not_fit {
+        return None;
+    }
+    let title = match (tensors_fill, used, m.free_bytes) {
+        (true, Some(u), _) => {
+            format!(
+                "real shortage: tensors use {} of the {capacity} available",
+                percent(u, capacity)
+            )
+        }
+        (_, _, Some(f)) if card_full => {
+            format!("real shortage: the card is full, {f} free of {capacity}")
+        }
+        (_, _, Some(f)) => format!(
+            "real shortage: {} does not fit in the {f} left",
+            m.requested_bytes.unwrap_or_default()
         ),
-    )
-    .evidence("capacity", capacity)
-    .evidence("allocated by tensors", allocated)
-    .bytes("other allocations of this process (MPS)", m.other_allocations_bytes)
-    .bytes("free", m.free_bytes)
-    .bytes("requested", m.requested_bytes)
-    .bytes("missing at this allocation (at least)", shortfall);
+        _ => format!("real shortage on a {capacity} card"),
+    };
+    let mut d = Diagnosis::new(DiagnosisId::RealShortage, title)
+        .evidence("capacity", capacity)
+        .bytes("allocated by tensors", m.allocated_bytes)
+        .bytes("other allocations of this process (MPS)", m.other_allocations_bytes)
+        .bytes("cached by PyTorch, unallocated", m.reserved_unallocated_bytes)
+        .bytes("outside this allocator", m.outside_allocator_bytes().filter(|o| o.get() > 0))
+        .bytes("free", m.free_bytes)
+        .bytes("requested", m.requested_bytes)
+        .bytes("missing at this allocation (at least)", shortfall);
     let mut remedies = TRAINING_CHANGES.to_vec();
     if m.kind == MessageKind::Mps {
         remedies.push(Remedy::MpsWatermark);
     }
+    let asked = m.requested_bytes.map_or_else(|| "More memory".to_owned(), |r| r.to_string());
     let free = m.free_bytes.map_or_else(
         || "the message does not say how much was free".to_owned(),
         |f| format!("only {f} was free"),
     );
+    let held = m
+        .allocated_bytes
+        .map_or_else(String::new, |a| format!(" Live tensors hold {a} of the {capacity}."));
     d = d.explain(format!(
-        "Tensors that are still alive hold {allocated} of {capacity}; {} more was asked for \
-         and {free}. This is a real shortage: no allocator setting frees memory \
-         that tensors hold, and torch.cuda.empty_cache() only returns cached blocks, so the \
-         step itself must need less memory. The cheapest changes come first below; a planner \
-         can size them against a model of the step.",
-        m.requested_bytes.map_or_else(|| "more".to_owned(), |r| r.to_string())
+        "{asked} was asked for and {free}.{held} This is a real shortage: no allocator \
+         setting frees memory that tensors hold, and torch.cuda.empty_cache() only returns \
+         cached blocks, so the step itself must need less memory. The cheapest changes come \
+         first below; a planner can size them against a model of the step."
     ));
     let needed = shortfall.or(m.requested_bytes).unwrap_or(Bytes(0));
     d.plan_request = Some(plan_request(needed, capacity, &remedies));

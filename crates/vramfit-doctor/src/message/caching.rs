@@ -52,6 +52,10 @@ pub(super) fn parse(w: &mut Window<'_>, before: &str, line: usize) -> Option<Oom
     } else {
         parse_parenthesised(w, &mut m, is_old_cached);
     }
+    if m.requested_over_1eb {
+        // That message has no other fields.
+        m.missing.clear();
+    }
     if backend.is_none() {
         m.missing.insert(0, "header (\"CUDA out of memory.\")");
     }

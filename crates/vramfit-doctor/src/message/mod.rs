@@ -335,9 +335,10 @@ pub fn find_messages(input: &str) -> Vec<OomMessage> {
 }
 
 /// Whether an anchor of kind `later` belongs to the message started by `first`
-/// (NCCL prints its failure and the failed calloc size on separate lines).
+/// (NCCL prints its failure and the failed calloc size on separate lines; MPS has its own
+/// "Tried to allocate").
 fn merges_into(first: Parser, later: Parser) -> bool {
-    first == Parser::Nccl && later == Parser::Nccl
+    matches!((first, later), (Parser::Nccl, Parser::Nccl) | (Parser::Mps, Parser::Caching))
 }
 
 /// Up to `max` bytes of `text` before `at`.

@@ -93,11 +93,15 @@ pub fn write_diagnosis(out: &mut impl Write, d: &Diagnosis) -> io::Result<()> {
         writeln!(out, "  {line}")?;
     }
     if let Some(plan) = &d.plan_request {
-        writeln!(
-            out,
-            "  for a planner: save at least {} to fit in {}",
-            plan.shortfall, plan.capacity
-        )?;
+        if plan.shortfall.get() == 0 {
+            writeln!(out, "  for a planner: make the step fit in {}", plan.capacity)?;
+        } else {
+            writeln!(
+                out,
+                "  for a planner: save at least {} to fit in {}",
+                plan.shortfall, plan.capacity
+            )?;
+        }
     }
     if !d.remedies.is_empty() {
         writeln!(out, "  what to do, cheapest first:")?;
