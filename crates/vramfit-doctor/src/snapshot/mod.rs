@@ -308,12 +308,50 @@ fn replay(traces: &[Value], report: &mut SnapshotReport, frames: &mut Frames) {
         i128::from(report.allocated.get()) + i128::from(report.pending_free.get()) - allocated;
     let offset_r = i128::from(report.reserved.get()) - reserved;
     let to_bytes = |v: i128| Bytes(u64::try_from(v.max(0)).unwrap_or(u64::MAX));
+    // At most MAX_POINTS points, each the peaks of its bucket, so huge traces stay small.
+    let step = raw.len().div_ceil(MAX_POINTS).max(1);
     report.timeline = raw
-        .into_iter()
-        .map(|(t, a, r)| TimePoint {
-            time_us: t,
-            allocated: to_bytes(a + offset_a),
-            reserved: to_bytes(r + offset_r),
+        .chunks(step)
+        .filter_map(|chunk| {
+            let (t, _, _) = *chunk.first()?;
+            let a = chunk.iter().map(|p| p.1).max()?;
+            let r = chunk.iter().map(|p| p.2).max()?;
+            Some(TimePoint {
+                time_us: t,
+                allocated: to_bytes(a + offset_a),
+                reserved: to_bytes(r + offset_r),
+            })
         })
         .collect();
+}
+
+/// Timeline points kept in a report.
+const MAX_POINTS: usize = 4000;
+
+impl SnapshotReport {
+    /// The snapshot as allocator statistics, for the same diagnoses as `memory_stats()`.
+    pub fn allocator_stats(&self) -> crate::stats::AllocatorStats {
+        let peak_allocated = self.timeline.iter().map(|p| p.allocated).max().unwrap_or_default();
+        let peak_reserved = self.timeline.iter().map(|p| p.reserved).max().unwrap_or_default();
+        crate::stats::AllocatorStats {
+            device: self.failed_allocation.as_ref().map(|f| f.device as u64),
+            num_ooms: Some(u64::from(self.failed_allocation.is_some())),
+            num_alloc_retries: None,
+            allocated: crate::stats::Stat {
+                current: self.allocated,
+                peak: peak_allocated.max(self.allocated),
+            },
+            reserved: crate::stats::Stat {
+                current: self.reserved,
+                peak: peak_reserved.max(self.reserved),
+            },
+            active: None,
+            inactive_split: Some(crate::stats::Stat {
+                current: self.free_in_used_segments,
+                peak: self.free_in_used_segments,
+            }),
+            requested: None,
+            segments: Some(self.segments),
+        }
+    }
 }

@@ -70,6 +70,7 @@ enum Analysis {
         input: String,
         #[serde(flatten)]
         report: SnapshotReport,
+        diagnoses: Vec<Diagnosis>,
     },
 }
 
@@ -116,7 +117,13 @@ pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
                     Analysis::Stats { source, stats, diagnoses, .. } => {
                         text::write_stats(&mut out, source, stats, diagnoses)?;
                     }
-                    Analysis::Snapshot { report, .. } => text::write_snapshot(&mut out, report)?,
+                    Analysis::Snapshot { report, diagnoses, .. } => {
+                        text::write_snapshot(&mut out, report)?;
+                        for d in diagnoses {
+                            writeln!(out)?;
+                            text::write_diagnosis(&mut out, d)?;
+                        }
+                    }
                 }
             }
         }
@@ -153,7 +160,8 @@ fn analyse(path: &PathBuf, args: &DoctorArgs) -> Result<Analysis, Failure> {
                 Limits { max_memory: args.max_memory.saturating_mul(1 << 20), ..Limits::default() };
             let report = read_snapshot(reader, &limits, args.top)
                 .map_err(|e| snapshot_failure(&name, &e))?;
-            Ok(Analysis::Snapshot { input: name, report })
+            let diagnoses = vramfit_doctor::diagnosis::diagnose_stats(&report.allocator_stats());
+            Ok(Analysis::Snapshot { input: name, report, diagnoses })
         }
         kind => {
             let mut bytes = Vec::new();
