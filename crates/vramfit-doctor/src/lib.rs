@@ -28,9 +28,9 @@ pub mod snapshot;
 pub mod stats;
 
 pub use bytes::Bytes;
-pub use diagnosis::{Diagnosis, DiagnosisId, SizeHints};
+pub use diagnosis::{Diagnosis, DiagnosisId, Prediction, SizeHints};
 pub use message::{OomMessage, find_messages};
-pub use report::{Report, diagnose_log};
+pub use report::{Report, diagnose_log, diagnose_log_against};
 
 /// The kinds of input the doctor reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

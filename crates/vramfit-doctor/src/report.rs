@@ -2,7 +2,9 @@
 
 use serde::Serialize;
 
-use crate::diagnosis::{Diagnosis, SizeHints, diagnose_message, diagnose_trend};
+use crate::diagnosis::{
+    Diagnosis, Prediction, SizeHints, diagnose_against, diagnose_message, diagnose_trend,
+};
 use crate::message::{OomMessage, find_messages};
 
 /// One message and what it means.
@@ -26,14 +28,30 @@ pub struct Report {
 
 /// Diagnoses every out-of-memory message in `text`. `None` when there is none.
 pub fn diagnose_log(text: &str, hints: &SizeHints) -> Option<Report> {
+    diagnose_log_against(text, hints, None)
+}
+
+/// As [`diagnose_log`], also setting each message against a prediction of the step.
+pub fn diagnose_log_against(
+    text: &str,
+    hints: &SizeHints,
+    prediction: Option<&Prediction>,
+) -> Option<Report> {
     let messages = find_messages(text);
     if messages.is_empty() {
         return None;
     }
     let trend = diagnose_trend(&messages);
+    let hints = prediction.map_or(hints, |p| &p.hints);
     let messages = messages
         .into_iter()
-        .map(|message| Finding { diagnoses: diagnose_message(&message, hints), message })
+        .map(|message| {
+            let mut diagnoses = diagnose_message(&message, hints);
+            if let Some(d) = prediction.and_then(|p| diagnose_against(&message, p)) {
+                diagnoses.insert(0, d);
+            }
+            Finding { diagnoses, message }
+        })
         .collect();
     Some(Report { messages, trend })
 }

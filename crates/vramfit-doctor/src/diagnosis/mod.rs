@@ -5,6 +5,7 @@
 //! explanation and the remedies in order of cost. Several can hold at once; they are
 //! returned most specific first.
 
+mod against_prediction;
 mod allocator_state;
 mod evaluation_or_checkpoint;
 mod fragmentation;
@@ -23,6 +24,7 @@ use crate::bytes::Bytes;
 use crate::message::OomMessage;
 use crate::remedy::{PlanRequest, Remedy};
 
+pub use against_prediction::Prediction;
 pub use huge_request::SizeHints;
 
 /// Stable diagnosis ids.
@@ -51,6 +53,8 @@ pub enum DiagnosisId {
     JaxOrTensorflow,
     /// See [`allocator_state`].
     AllocatorState,
+    /// See [`against_prediction`].
+    AgainstPrediction,
 }
 
 impl DiagnosisId {
@@ -68,6 +72,7 @@ impl DiagnosisId {
             DiagnosisId::FreeButRefused => "free_but_refused",
             DiagnosisId::JaxOrTensorflow => "jax_or_tensorflow",
             DiagnosisId::AllocatorState => "allocator_state",
+            DiagnosisId::AgainstPrediction => "against_prediction",
         }
     }
 }
@@ -171,6 +176,11 @@ pub fn diagnose_message(message: &OomMessage, hints: &SizeHints) -> Vec<Diagnosi
         found.push(d);
     }
     found
+}
+
+/// The crash against the estimator's prediction of the step.
+pub fn diagnose_against(message: &OomMessage, prediction: &Prediction) -> Option<Diagnosis> {
+    against_prediction::check(message, prediction)
 }
 
 /// Diagnoses of allocator statistics (`memory_summary()` / `memory_stats()`).

@@ -1,0 +1,62 @@
+//! The crash against a prediction of the step (as `--model/--batch/...` supplies it).
+
+use vramfit_doctor::bytes::{Bytes, GIB, MIB};
+use vramfit_doctor::render::text::write_report;
+use vramfit_doctor::{DiagnosisId, Prediction, SizeHints, diagnose_log_against};
+
+const MESSAGE: &str = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of 23.55 GiB of which 1.20 GiB is free. Including non-PyTorch memory, this process has 22.34 GiB memory in use. Of the allocated memory 21.50 GiB is allocated by PyTorch, and 356.00 MiB is reserved by PyTorch but unallocated.";
+
+fn prediction(peak_gib: u64) -> Prediction {
+    Prediction {
+        model: "llama-3.2-1b".to_owned(),
+        peak_allocated: Bytes(peak_gib * GIB),
+        peak_phase: "loss".to_owned(),
+        phases: vec![
+            ("forward".to_owned(), Bytes(peak_gib * GIB / 2)),
+            ("loss".to_owned(), Bytes(peak_gib * GIB)),
+            ("backward".to_owned(), Bytes(peak_gib * GIB * 9 / 10)),
+            ("optimizer_step".to_owned(), Bytes(peak_gib * GIB / 3)),
+        ],
+        components_at_peak: vec![
+            ("parameters".to_owned(), Bytes(4 * GIB)),
+            ("temporaries".to_owned(), Bytes(peak_gib * GIB / 2)),
+            ("activations".to_owned(), Bytes(900 * MIB)),
+        ],
+        hints: SizeHints {
+            vocab: Some(128_256),
+            batch: Some(4),
+            seq_len: Some(1024),
+            ..SizeHints::default()
+        },
+    }
+}
+
+#[track_caller]
+fn check(peak_gib: u64, expected_title_start: &str) -> String {
+    let p = prediction(peak_gib);
+    let report = diagnose_log_against(MESSAGE, &SizeHints::default(), Some(&p)).unwrap();
+    let first = &report.messages[0].diagnoses[0];
+    assert_eq!(first.id, DiagnosisId::AgainstPrediction);
+    assert!(first.title.starts_with(expected_title_start), "{}", first.title);
+    let mut out = Vec::new();
+    write_report(&mut out, &report).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn the_estimate_explains_the_crash() {
+    insta::assert_snapshot!(check(30, "the estimate agrees"));
+}
+
+#[test]
+fn the_estimate_says_it_should_fit() {
+    let text = check(16, "the estimate says 16.00 GiB is enough");
+    assert!(text.contains("more than the whole predicted peak"));
+}
+
+#[test]
+fn hints_from_the_model_name_the_logits() {
+    // 4 × 1024 tokens × 128,256 × 4 bytes = 1.96 GiB: the fp32 logits.
+    let text = check(30, "the estimate agrees");
+    assert!(text.contains("4096 tokens × 128256 vocabulary × 4 bytes (fp32)"), "{text}");
+}
