@@ -5,7 +5,8 @@ use std::path::Path;
 use vramfit_core::gpu::{self, DEFAULT_CUDA_CONTEXT, GpuChoice};
 use vramfit_core::units::{parse_count, parse_size};
 use vramfit_core::{
-    Attention, Bytes, Checkpointing, DType, ModelSpec, Optimizer, Precision, TrainSetup, catalog,
+    Attention, Bytes, Checkpointing, DType, ModelSpec, Optimizer, OptimizerImpl, Precision,
+    TrainSetup, catalog,
 };
 use vramfit_hub::{HubEnv, HubRemote, RepoId};
 
@@ -45,6 +46,10 @@ pub struct SetupArgs {
     /// parameter's dtype (uint8 for the 8-bit optimizers).
     #[arg(long, value_name = "DTYPE")]
     pub optimizer_state_dtype: Option<String>,
+
+    /// How torch.optim runs step(): foreach (the default on CUDA), for-loop, fused.
+    #[arg(long, default_value = "foreach", value_name = "IMPL")]
+    pub optimizer_impl: String,
 
     /// Attention kernel: eager, sdpa, flash.
     #[arg(long, default_value = "sdpa", value_name = "KIND")]
@@ -105,6 +110,7 @@ impl SetupArgs {
             attention: self.attention.parse::<Attention>().map_err(parse_err)?,
             checkpointing: self.checkpointing.parse::<Checkpointing>().map_err(parse_err)?,
             grad_accum: self.grad_accum,
+            optimizer_impl: self.optimizer_impl.parse::<OptimizerImpl>().map_err(parse_err)?,
             ..TrainSetup::default()
         })
     }
