@@ -67,6 +67,12 @@ impl Context {
     /// Reads the traceback in the lines before 1-based line `line` of `input`.
     pub fn before(input: &str, line: usize) -> Context {
         let lines: Vec<&str> = input.lines().take(line.saturating_add(2)).collect();
+        Context::before_in(&lines, line)
+    }
+
+    /// As [`Context::before`], on the input already split into lines.
+    pub fn before_in(lines: &[&str], line: usize) -> Context {
+        let lines = lines.get(..line.saturating_add(2).min(lines.len())).unwrap_or(lines);
         let start = line.saturating_sub(LOOKBACK);
         let mut context = Context::default();
         let mut i = start;

@@ -293,6 +293,7 @@ pub fn find_messages(input: &str) -> Vec<OomMessage> {
     // Longer phrases at the same place win because they were pushed first (stable sort).
     anchors.sort_by_key(|a| a.at);
 
+    let lines: Vec<&str> = input.lines().collect();
     let mut messages = Vec::new();
     let mut covered_until = 0;
     for (i, anchor) in anchors.iter().enumerate() {
@@ -327,7 +328,7 @@ pub fn find_messages(input: &str) -> Vec<OomMessage> {
         };
         if let Some(mut message) = parsed {
             covered_until = anchor.at + window.consumed().max(1);
-            message.context = Context::before(input, line);
+            message.context = Context::before_in(&lines, line);
             messages.push(message);
         }
     }
