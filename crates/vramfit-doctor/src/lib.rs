@@ -53,12 +53,37 @@ impl InputKind {
         }
         let text = String::from_utf8_lossy(head);
         let trimmed = text.trim_start();
-        if trimmed.starts_with('{') && trimmed.contains("\":") {
+        // memory_stats() keys sort "allocated_bytes.*" near the top; a JSON log line does not
+        // carry them and is read as a log.
+        if trimmed.starts_with('{') && trimmed.contains("\"allocated_bytes.") {
             return InputKind::StatsJson;
         }
         if text.contains("memory summary, device ID") && !text.contains("Tried to allocate") {
             return InputKind::Summary;
         }
         InputKind::Log
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::InputKind;
+
+    #[test]
+    fn detects_inputs_by_content() {
+        assert_eq!(InputKind::detect(b"\x80\x04\x95"), InputKind::Snapshot);
+        assert_eq!(
+            InputKind::detect(b"{\"allocated_bytes.all.current\": 1}"),
+            InputKind::StatsJson
+        );
+        assert_eq!(
+            InputKind::detect(b"{\"msg\": \"CUDA out of memory. Tried to allocate 2 MiB\"}"),
+            InputKind::Log
+        );
+        assert_eq!(
+            InputKind::detect(b"|  PyTorch CUDA memory summary, device ID 0  |"),
+            InputKind::Summary
+        );
+        assert_eq!(InputKind::detect(b"Traceback (most recent call last):"), InputKind::Log);
     }
 }
