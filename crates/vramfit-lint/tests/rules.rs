@@ -202,3 +202,20 @@ for x, y in loader:
         "",
     );
 }
+
+#[test]
+fn clean_corpus() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
+    let (files, skipped) = vramfit_lint::collect_files(&[dir.clone()]);
+    assert!(skipped.is_empty() && files.len() >= 4);
+    let run = vramfit_lint::lint_paths(&files, &Settings::default(), None);
+    let mut lines = Vec::new();
+    for report in &run.reports {
+        let path = report.path.strip_prefix(&dir).unwrap().display().to_string();
+        for diagnostic in &report.checked.diagnostics {
+            let position = report.source.position(diagnostic.span().0.into());
+            lines.push(format!("{path}:{}: {}", position.row, diagnostic.rule.code()));
+        }
+    }
+    insta::assert_snapshot!(lines.join("\n"));
+}

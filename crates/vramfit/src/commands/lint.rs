@@ -1,21 +1,199 @@
-//! `vramfit lint` and `vramfit rule` (being written).
+//! `vramfit lint` and `vramfit rule`: arguments, configuration lookup, printing and the exit
+//! code. The checking itself is `vramfit_lint`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use vramfit_lint::render::{self, Counts, Format};
+use vramfit_lint::{FixMode, LintConfig, RULES, Rule, Settings};
 
 use crate::{Failure, Outcome};
 
+/// Output formats of `vramfit lint`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// Source line, caret and help for each finding.
+    Text,
+    /// One line per finding.
+    Concise,
+    /// A JSON array (Ruff's field names).
+    Json,
+    /// SARIF 2.1.0 for code scanning.
+    Sarif,
+    /// GitHub Actions annotations.
+    Github,
+}
+
 /// Arguments of `vramfit lint`.
 #[derive(Debug, clap::Args)]
-pub struct LintArgs {}
+pub struct LintArgs {
+    /// Files or directories to check (directories are walked, honouring .gitignore).
+    #[arg(default_value = ".")]
+    pub paths: Vec<PathBuf>,
+    /// How to print findings.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+    /// Rules to run instead of the configured ones: codes, prefixes (MEM1) or ALL.
+    #[arg(long, value_delimiter = ',', value_name = "RULES")]
+    pub select: Option<Vec<String>>,
+    /// Rules to run in addition to the selected ones.
+    #[arg(long, value_delimiter = ',', value_name = "RULES")]
+    pub extend_select: Vec<String>,
+    /// Rules not to run.
+    #[arg(long, value_delimiter = ',', value_name = "RULES")]
+    pub ignore: Vec<String>,
+    /// Apply safe fixes (MEM303, MEM405, MEM505) and write the files back.
+    #[arg(long)]
+    pub fix: bool,
+    /// Apply unsafe fixes too (MEM101 `.item()`); implies --fix.
+    #[arg(long)]
+    pub unsafe_fixes: bool,
+    /// Read settings from this pyproject.toml instead of the nearest one with [tool.vramfit].
+    #[arg(long, value_name = "PYPROJECT")]
+    pub config: Option<PathBuf>,
+}
 
 /// Arguments of `vramfit rule`.
 #[derive(Debug, clap::Args)]
-pub struct RuleArgs {}
+pub struct RuleArgs {
+    /// A rule code (MEM101) or name (loss-accumulated-with-graph); without one, list all rules.
+    pub code: Option<String>,
+    /// Print the documentation of every rule.
+    #[arg(long, conflicts_with = "code")]
+    pub all: bool,
+}
 
 /// Runs `vramfit lint`.
-pub fn run(_args: LintArgs) -> Result<Outcome, Failure> {
-    Err(Failure::new("vramfit lint is not built yet"))
+pub fn run(args: LintArgs) -> Result<Outcome, Failure> {
+    let settings = settings(&args)?;
+    let (files, mut skipped) = vramfit_lint::collect_files(&args.paths);
+    let fix =
+        if args.unsafe_fixes { Some(FixMode::Unsafe) } else { args.fix.then_some(FixMode::Safe) };
+    let mut run = vramfit_lint::lint_paths(&files, &settings, fix);
+    skipped.append(&mut run.skipped);
+
+    let mut stderr = anstream::stderr().lock();
+    for skip in &skipped {
+        writeln!(stderr, "warning: skipped {}: {}", shown(&skip.path), skip.reason)?;
+    }
+    for report in &run.reports {
+        let errors = &report.checked.syntax_errors;
+        if let Some(first) = errors.first() {
+            let position = match first.position.cell {
+                Some(cell) => {
+                    format!("cell {cell}:{}:{}", first.position.row, first.position.column)
+                }
+                None => format!("{}:{}", first.position.row, first.position.column),
+            };
+            let more = match errors.len() {
+                1 => String::new(),
+                n => format!(" (and {} more)", n - 1),
+            };
+            writeln!(
+                stderr,
+                "warning: {}:{position}: syntax error: {}{more}; the rest of the file was checked",
+                shown(&report.path),
+                first.message
+            )?;
+        }
+    }
+    if run.reports.is_empty() && !skipped.is_empty() {
+        return Err(Failure::with_hint(
+            "no file could be checked",
+            "each skipped file is listed above with the reason",
+        ));
+    }
+
+    let format = match args.format {
+        OutputFormat::Text => Format::Text,
+        OutputFormat::Concise => Format::Concise,
+        OutputFormat::Json => Format::Json,
+        OutputFormat::Sarif => Format::Sarif,
+        OutputFormat::Github => Format::Github,
+    };
+    let counts = Counts::of(&run.reports);
+    let mut stdout = anstream::stdout().lock();
+    render::write_reports(&mut stdout, format, &run.reports)?;
+    if matches!(format, Format::Text | Format::Concise) && !files.is_empty() {
+        render::write_summary(&mut stdout, counts, run.reports.len())?;
+    }
+    stdout.flush()?;
+    Ok(if counts.diagnostics > 0 { Outcome::Negative } else { Outcome::Success })
+}
+
+/// A path as printed: without a leading `./`.
+fn shown(path: &Path) -> String {
+    let text = path.display().to_string();
+    text.strip_prefix("./").map(str::to_string).unwrap_or(text)
+}
+
+fn settings(args: &LintArgs) -> Result<Settings, Failure> {
+    let pyproject = match &args.config {
+        Some(path) => Some(path.clone()),
+        None => {
+            let start = args.paths.first().map_or_else(|| PathBuf::from("."), Clone::clone);
+            let start = if start.is_file() {
+                start.parent().map(Path::to_path_buf).unwrap_or_default()
+            } else {
+                start
+            };
+            let start = std::fs::canonicalize(&start).unwrap_or(start);
+            vramfit_lint::find_pyproject(&start)
+        }
+    };
+    let (mut config, root) = match &pyproject {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|err| Failure::new(format!("cannot read {}: {err}", path.display())))?;
+            let config = LintConfig::from_pyproject(&text, path)
+                .map_err(|err| Failure::with_hint(err.to_string(), "see `vramfit lint --help` and docs/lint.md for the [tool.vramfit.lint] keys"))?
+                .unwrap_or_default();
+            let root = path.parent().map(Path::to_path_buf).unwrap_or_default();
+            (config, root)
+        }
+        None => (LintConfig::default(), std::env::current_dir().unwrap_or_default()),
+    };
+    let root = std::fs::canonicalize(&root).unwrap_or(root);
+    config.merge_cli(&LintConfig {
+        select: args.select.clone(),
+        extend_select: args.extend_select.clone(),
+        ignore: args.ignore.clone(),
+        ..LintConfig::default()
+    });
+    Settings::resolve(&config, &root)
+        .map_err(|err| Failure::with_hint(err.to_string(), "`vramfit rule` lists the rule codes"))
 }
 
 /// Runs `vramfit rule`.
-pub fn run_rule(_args: RuleArgs) -> Result<Outcome, Failure> {
-    Err(Failure::new("vramfit rule is not built yet"))
+pub fn run_rule(args: RuleArgs) -> Result<Outcome, Failure> {
+    let mut stdout = anstream::stdout().lock();
+    if args.all {
+        for (index, info) in RULES.iter().enumerate() {
+            if index > 0 {
+                writeln!(stdout)?;
+            }
+            write!(stdout, "{}", info.rule.documentation())?;
+        }
+        return Ok(Outcome::Success);
+    }
+    let Some(code) = args.code else {
+        for info in RULES {
+            let default = if info.preview { "preview" } else { "on" };
+            let fix = match info.fix {
+                vramfit_lint::FixAvailability::None => "",
+                vramfit_lint::FixAvailability::Safe => "fix",
+                vramfit_lint::FixAvailability::Unsafe => "unsafe fix",
+            };
+            writeln!(stdout, "{}  {:<36} {default:<8} {fix}", info.code, info.name)?;
+        }
+        return Ok(Outcome::Success);
+    };
+    let Some(rule) = Rule::from_code(&code) else {
+        return Err(Failure::with_hint(
+            format!("unknown rule `{code}`"),
+            "`vramfit rule` lists every rule",
+        ));
+    };
+    write!(stdout, "{}", rule.documentation())?;
+    Ok(Outcome::Success)
 }
