@@ -13,8 +13,11 @@ use vramfit_doctor::pickle::{Limits, PickleError};
 use vramfit_doctor::render::{json, text};
 use vramfit_doctor::snapshot::{SnapshotError, SnapshotReport, read_snapshot, write_svg};
 use vramfit_doctor::stats::{AllocatorStats, parse_stats_json, parse_summary};
-use vramfit_doctor::{Diagnosis, InputKind, Report, SizeHints, diagnose_log};
+use vramfit_doctor::{
+    Bytes, Diagnosis, InputKind, Prediction, Report, SizeHints, diagnose_log_against,
+};
 
+use super::estimate::{ModelSource, SetupArgs, phases};
 use crate::{Failure, Outcome};
 
 /// Arguments of `vramfit doctor`.
@@ -40,6 +43,13 @@ pub struct DoctorArgs {
     /// Memory budget for reading a snapshot pickle, in MiB.
     #[arg(long, value_name = "MIB", default_value_t = 4096)]
     max_memory: u64,
+
+    /// With --model (or --params), each crash is compared with the estimate of that step.
+    #[command(
+        flatten,
+        next_help_heading = "Model and setup (compare the crash with the estimate)"
+    )]
+    setup: SetupArgs,
 }
 
 /// Output formats.
@@ -77,9 +87,10 @@ enum Analysis {
 /// Runs `vramfit doctor`.
 pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
     let inputs = if args.files.is_empty() { vec![PathBuf::from("-")] } else { args.files.clone() };
+    let prediction = predict(&args.setup)?;
     let mut analyses = Vec::with_capacity(inputs.len());
     for path in &inputs {
-        analyses.push(analyse(path, &args)?);
+        analyses.push(analyse(path, &args, prediction.as_ref())?);
     }
     if let Some(svg_path) = &args.svg {
         let Some(report) = analyses.iter().rev().find_map(|a| match a {
@@ -149,7 +160,67 @@ fn open(path: &PathBuf) -> Result<Box<dyn BufRead>, Failure> {
     Ok(Box::new(BufReader::with_capacity(1 << 16, file)))
 }
 
-fn analyse(path: &PathBuf, args: &DoctorArgs) -> Result<Analysis, Failure> {
+/// The estimate of the step, when the model (or a parameter count) was given.
+fn predict(setup: &SetupArgs) -> Result<Option<Prediction>, Failure> {
+    if setup.model.is_none() && setup.params.is_none() {
+        return Ok(None);
+    }
+    let train = setup.train_setup()?;
+    let bytes = |b: vramfit_core::Bytes| Bytes(b.get());
+    let prediction = match setup.model_source()? {
+        ModelSource::Parameters(parameters) => {
+            let states = vramfit_core::model_states_for_params(parameters, &train)
+                .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
+            Prediction {
+                model: format!("{parameters} parameters"),
+                peak_allocated: bytes(states.total),
+                peak_phase: "model states only".to_owned(),
+                phases: Vec::new(),
+                components_at_peak: vec![
+                    ("parameters".to_owned(), bytes(states.parameters)),
+                    ("gradients".to_owned(), bytes(states.gradients)),
+                    ("optimizer_state".to_owned(), bytes(states.optimizer_state)),
+                ],
+                hints: SizeHints { params: Some(parameters), ..SizeHints::default() },
+            }
+        }
+        ModelSource::Spec { label, spec } => {
+            let estimate = vramfit_core::estimate(&spec, &train)
+                .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
+            Prediction {
+                model: label,
+                peak_allocated: bytes(estimate.peak_allocated),
+                peak_phase: estimate.peak_phase.name().to_owned(),
+                phases: phases(&estimate.phase_peaks)
+                    .into_iter()
+                    .map(|(name, b)| (name.to_owned(), bytes(b)))
+                    .collect(),
+                components_at_peak: estimate
+                    .components_at_peak
+                    .entries()
+                    .into_iter()
+                    .filter(|(_, b)| b.get() > 0)
+                    .map(|(name, b)| (name.to_owned(), bytes(b)))
+                    .collect(),
+                hints: SizeHints {
+                    vocab: Some(spec.vocab_size),
+                    batch: Some(train.micro_batch),
+                    seq_len: Some(train.seq_len),
+                    heads: Some(spec.n_heads),
+                    params: Some(spec.parameter_count()),
+                    tokens: None,
+                },
+            }
+        }
+    };
+    Ok(Some(prediction))
+}
+
+fn analyse(
+    path: &PathBuf,
+    args: &DoctorArgs,
+    prediction: Option<&Prediction>,
+) -> Result<Analysis, Failure> {
     let name =
         if path.as_os_str() == "-" { "stdin".to_owned() } else { path.display().to_string() };
     let mut reader = open(path)?;
@@ -186,7 +257,8 @@ fn analyse(path: &PathBuf, args: &DoctorArgs) -> Result<Analysis, Failure> {
                     })
                 }
                 _ => {
-                    let report = diagnose_log(&content, &SizeHints::default()).ok_or_else(|| {
+                    let report = diagnose_log_against(&content, &SizeHints::default(), prediction)
+                        .ok_or_else(|| {
                         Failure::with_hint(
                             format!("no out-of-memory message found in {name}"),
                             "pass the whole error text or log, a torch.cuda.memory_summary() table, torch.cuda.memory_stats() as JSON, or a snapshot from torch.cuda.memory._dump_snapshot()",

@@ -97,3 +97,19 @@ fn missing_file() {
     let output = doctor().arg("does/not/exist.log").output().unwrap();
     assert_eq!(output.status.code(), Some(2));
 }
+
+#[test]
+fn compared_with_the_estimate_of_the_step() {
+    // Numbers come from the estimator, which has its own tests; only the verdict is checked.
+    let output = doctor()
+        .args(["--format", "json", "--model", "llama-3.2-1b", "--batch", "8", "--seq-len", "2048"])
+        .arg("messages/007_pytorch_16417_comment_v2_shortage.txt")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let first = &json["messages"][0]["diagnoses"][0];
+    assert_eq!(first["id"], "against_prediction");
+    assert!(first["title"].as_str().unwrap().starts_with("the estimate agrees"));
+    assert!(first["plan_request"]["shortfall"].as_u64().unwrap() > 0);
+}
