@@ -30,7 +30,13 @@ pub(super) fn parse(w: &mut Window<'_>, before: &str, line: usize) -> Option<Oom
         MessageKind::CachingAllocatorReserved
     };
     let backend_lower = backend.map(str::to_ascii_lowercase);
-    let mut m = OomMessage::new(kind, Framework::Pytorch, line, text);
+    let mut m = match backend {
+        // The anchor starts at "out of memory"; put the backend's name back in front.
+        Some(name) if name != "out" && text.starts_with("out of memory") => {
+            OomMessage::new(kind, Framework::Pytorch, line, &format!("{name} {text}"))
+        }
+        _ => OomMessage::new(kind, Framework::Pytorch, line, text),
+    };
 
     if w.has("Tried to allocate more than 1EB memory") {
         m.requested_over_1eb = true;
