@@ -169,12 +169,12 @@ impl<'a> Checker<'a> {
                 _ => {}
             },
             &mut |expr| {
-                if let Expr::Call(call) = expr {
-                    if names::is_backward_call(call, imports) {
-                        scope.backward_offsets.push(call.start());
-                        if let Some(value) = names::backwarded_value(call, imports) {
-                            backward_values.push(value);
-                        }
+                if let Expr::Call(call) = expr
+                    && names::is_backward_call(call, imports)
+                {
+                    scope.backward_offsets.push(call.start());
+                    if let Some(value) = names::backwarded_value(call, imports) {
+                        backward_values.push(value);
                     }
                 }
             },
@@ -265,10 +265,10 @@ impl<'a> Checker<'a> {
                     if names::disables_grad(&item.context_expr, &self.imports) {
                         disables += 1;
                     }
-                    if let Expr::Call(call) = &item.context_expr {
-                        if names::autocast_dtype(call, &self.imports).is_some() {
-                            autocasts += 1;
-                        }
+                    if let Expr::Call(call) = &item.context_expr
+                        && names::autocast_dtype(call, &self.imports).is_some()
+                    {
+                        autocasts += 1;
                     }
                     if let Some(vars) = &item.optional_vars {
                         self.untaint_target(vars);
@@ -571,12 +571,11 @@ impl<'a> Checker<'a> {
             return true;
         }
         // Inside `forward`, `self.<layer>(x)` runs a submodule.
-        if self.scope.function.is_some_and(|f| f.name.as_str() == "forward") {
-            if let Expr::Attribute(attribute) = func {
-                if matches!(attribute.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self") {
-                    return true;
-                }
-            }
+        if self.scope.function.is_some_and(|f| f.name.as_str() == "forward")
+            && let Expr::Attribute(attribute) = func
+            && matches!(attribute.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self")
+        {
+            return true;
         }
         false
     }
@@ -688,10 +687,10 @@ fn mode_call<'a>(stmt: &'a Stmt, mode: &str) -> Option<&'a Expr> {
 /// Dotted names mentioned in `expr`.
 fn collect_names(expr: &Expr, names: &mut HashSet<String>) {
     pyast::walk_expr(expr, &mut |inner| {
-        if matches!(inner, Expr::Name(_) | Expr::Attribute(_)) {
-            if let Some(name) = pyast::dotted(inner) {
-                names.insert(name);
-            }
+        if matches!(inner, Expr::Name(_) | Expr::Attribute(_))
+            && let Some(name) = pyast::dotted(inner)
+        {
+            names.insert(name);
         }
     });
 }
@@ -829,28 +828,26 @@ fn gather_facts<'a>(body: &'a [Stmt], imports: &Imports) -> FileFacts<'a> {
     pyast::walk_stmts(
         body,
         &mut |stmt| {
-            if let Stmt::With(with) = stmt {
-                if with.items.iter().any(|item| names::disables_grad(&item.context_expr, imports)) {
-                    no_grad_bodies.push(&with.body);
-                }
+            if let Stmt::With(with) = stmt
+                && with.items.iter().any(|item| names::disables_grad(&item.context_expr, imports))
+            {
+                no_grad_bodies.push(&with.body);
             }
         },
         &mut |expr| match expr {
-            Expr::Name(name) => {
-                if name.id.as_str().to_ascii_lowercase().contains("scaler") {
-                    facts.has_scaler = true;
-                }
+            Expr::Name(name) if name.id.as_str().to_ascii_lowercase().contains("scaler") => {
+                facts.has_scaler = true;
             }
-            Expr::Attribute(attribute) => {
-                if attribute.attr.id.as_str().to_ascii_lowercase().contains("scaler") {
-                    facts.has_scaler = true;
-                }
+            Expr::Attribute(attribute)
+                if attribute.attr.id.as_str().to_ascii_lowercase().contains("scaler") =>
+            {
+                facts.has_scaler = true;
             }
             Expr::Call(call) => {
-                if let Some((_, "backward")) = pyast::method_call(call) {
-                    if call.arguments.args.is_empty() {
-                        facts.has_backward = true;
-                    }
+                if let Some((_, "backward")) = pyast::method_call(call)
+                    && call.arguments.args.is_empty()
+                {
+                    facts.has_backward = true;
                 }
                 if let Some(dtype) = names::autocast_dtype(call, imports) {
                     facts.autocasts.push((call, dtype));

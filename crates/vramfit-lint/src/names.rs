@@ -205,10 +205,10 @@ pub(crate) fn backwarded_value<'a>(call: &'a ast::ExprCall, imports: &Imports) -
             return Some(first);
         }
     }
-    if let Expr::Call(inner) = receiver {
-        if let Some((_, "scale")) = pyast::method_call(inner) {
-            return inner.arguments.args.first();
-        }
+    if let Expr::Call(inner) = receiver
+        && let Some((_, "scale")) = pyast::method_call(inner)
+    {
+        return inner.arguments.args.first();
     }
     Some(receiver)
 }

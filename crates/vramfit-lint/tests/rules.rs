@@ -206,7 +206,7 @@ for x, y in loader:
 #[test]
 fn clean_corpus() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
-    let (files, skipped) = vramfit_lint::collect_files(&[dir.clone()]);
+    let (files, skipped) = vramfit_lint::collect_files(std::slice::from_ref(&dir));
     assert!(skipped.is_empty() && files.len() >= 4);
     let run = vramfit_lint::lint_paths(&files, &Settings::default(), None);
     let mut lines = Vec::new();

@@ -90,17 +90,18 @@ fn tensor_names(function: &ast::StmtFunctionDef) -> HashSet<String> {
     let mut tensors = HashSet::new();
     pyast::walk_stmts(&function.body, &mut |_| {}, &mut |expr| {
         let Expr::Call(call) = expr else { return };
-        if let Some((Expr::Name(receiver), method)) = pyast::method_call(call) {
-            if params.contains(&receiver.id.as_str()) && !NON_TENSOR_METHODS.contains(&method) {
-                tensors.insert(receiver.id.to_string());
-            }
+        if let Some((Expr::Name(receiver), method)) = pyast::method_call(call)
+            && params.contains(&receiver.id.as_str())
+            && !NON_TENSOR_METHODS.contains(&method)
+        {
+            tensors.insert(receiver.id.to_string());
         }
         if pyast::dotted(&call.func).is_some_and(|name| name.starts_with("torch.")) {
             for arg in &call.arguments.args {
-                if let Expr::Name(name) = arg {
-                    if params.contains(&name.id.as_str()) {
-                        tensors.insert(name.id.to_string());
-                    }
+                if let Expr::Name(name) = arg
+                    && params.contains(&name.id.as_str())
+                {
+                    tensors.insert(name.id.to_string());
                 }
             }
         }

@@ -198,12 +198,11 @@ fn import_fix(
             }
         },
         &mut |expr| {
-            if let Expr::Name(name) = expr {
-                if let Some((member, _)) =
+            if let Expr::Name(name) = expr
+                && let Some((member, _)) =
                     names.iter().find(|(_, local)| name.id.as_str() == *local)
-                {
-                    uses.push((expr, *member));
-                }
+            {
+                uses.push((expr, *member));
             }
         },
     );

@@ -88,21 +88,18 @@ fn unscaled_source(checker: &Checker, body: &[Stmt], name: &str) -> bool {
     walk_scope(
         body,
         &mut |stmt| match stmt {
-            Stmt::Assign(assign) => {
-                if assign.targets.iter().any(|t| binds(t, name)) {
-                    if is_scaled_expr(&assign.value) || !is_graph_source(checker, &assign.value) {
-                        scaled_or_unknown = true;
-                    } else {
-                        sources += 1;
-                    }
+            Stmt::Assign(assign) if assign.targets.iter().any(|t| binds(t, name)) => {
+                if is_scaled_expr(&assign.value) || !is_graph_source(checker, &assign.value) {
+                    scaled_or_unknown = true;
+                } else {
+                    sources += 1;
                 }
             }
-            Stmt::AugAssign(aug) => {
+            Stmt::AugAssign(aug)
                 if pyast::dotted(&aug.target).as_deref() == Some(name)
-                    && matches!(aug.op, ast::Operator::Div | ast::Operator::Mult)
-                {
-                    scaled_or_unknown = true;
-                }
+                    && matches!(aug.op, ast::Operator::Div | ast::Operator::Mult) =>
+            {
+                scaled_or_unknown = true;
             }
             _ => {}
         },
@@ -124,12 +121,15 @@ fn is_graph_source(checker: &Checker, value: &Expr) -> bool {
     let mut source = false;
     let mut mentions_steps = false;
     pyast::walk_expr(value, &mut |expr| match expr {
-        Expr::Call(call) => {
-            if checker.is_model_callee(&call.func)
-                || names::is_loss_callee(&call.func, &checker.imports, &checker.settings.loss_names)
-            {
-                source = true;
-            }
+        Expr::Call(call)
+            if (checker.is_model_callee(&call.func)
+                || names::is_loss_callee(
+                    &call.func,
+                    &checker.imports,
+                    &checker.settings.loss_names,
+                )) =>
+        {
+            source = true;
         }
         Expr::Attribute(attribute) if attribute.attr.as_str() == "loss" => source = true,
         Expr::Name(_) | Expr::Attribute(_) => {

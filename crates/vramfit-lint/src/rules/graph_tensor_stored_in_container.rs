@@ -68,10 +68,10 @@ pub(crate) fn check_assign(checker: &mut Checker, assign: &ast::StmtAssign) {
             };
             let name = pyast::dotted(target);
             let mentions_self = list.iter().any(|e| pyast::dotted(e) == name);
-            if let Some(value) = list.iter().find(|e| pyast::dotted(e) != name) {
-                if mentions_self {
-                    report(checker, target, value);
-                }
+            if let Some(value) = list.iter().find(|e| pyast::dotted(e) != name)
+                && mentions_self
+            {
+                report(checker, target, value);
             }
         }
         _ => {}

@@ -103,10 +103,11 @@ fn detached_in_loop(body: &[Stmt], state: &str, this: &Stmt) -> bool {
             let mentions = |e: &Expr| {
                 pyast::any_expr(e, &mut |inner| pyast::dotted(inner).as_deref() == Some(state))
             };
-            if let Some((receiver, method)) = pyast::method_call(call) {
-                if method.starts_with("detach") && mentions(receiver) {
-                    found.set(true);
-                }
+            if let Some((receiver, method)) = pyast::method_call(call)
+                && method.starts_with("detach")
+                && mentions(receiver)
+            {
+                found.set(true);
             }
             let helper = pyast::last_segment(&call.func).is_some_and(|name| {
                 let lower = name.to_ascii_lowercase();
