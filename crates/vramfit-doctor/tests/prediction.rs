@@ -28,6 +28,7 @@ fn prediction(peak_gib: u64) -> Prediction {
             seq_len: Some(1024),
             ..SizeHints::default()
         },
+        gpu_capacity: None,
     }
 }
 
@@ -59,4 +60,29 @@ fn hints_from_the_model_name_the_logits() {
     // 4 × 1024 tokens × 128,256 × 4 bytes = 1.96 GiB: the fp32 logits.
     let text = check(30, "the estimate agrees");
     assert!(text.contains("4096 tokens × 128256 vocabulary × 4 bytes (fp32)"), "{text}");
+}
+
+/// The forum thread: "CUDA out of memory. Tried to allocate 2.50 GiB" on an RTX 3080 (10 GB),
+/// with no totals in the message. The GPU given on the command line supplies the room.
+#[test]
+fn a_bare_message_is_judged_against_the_gpu_given() {
+    let mut p = prediction(12);
+    p.gpu_capacity = Some(Bytes(9 * GIB + 392 * MIB));
+    let report = diagnose_log_against(
+        "RuntimeError: CUDA out of memory. Tried to allocate 2.50 GiB",
+        &SizeHints::default(),
+        Some(&p),
+    )
+    .unwrap();
+    let first = &report.messages[0].diagnoses[0];
+    assert_eq!(first.id, DiagnosisId::AgainstPrediction);
+    assert!(first.title.starts_with("the estimate agrees"), "{}", first.title);
+    p.gpu_capacity = None;
+    let report = diagnose_log_against(
+        "RuntimeError: CUDA out of memory. Tried to allocate 2.50 GiB",
+        &SizeHints::default(),
+        Some(&p),
+    )
+    .unwrap();
+    assert!(report.messages[0].diagnoses.iter().all(|d| d.id != DiagnosisId::AgainstPrediction));
 }

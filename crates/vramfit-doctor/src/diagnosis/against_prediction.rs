@@ -37,6 +37,9 @@ pub struct Prediction {
     pub components_at_peak: Vec<(String, Bytes)>,
     /// Sizes that name huge tensors (vocabulary, heads, tokens, parameters).
     pub hints: SizeHints,
+    /// What the step may use on the GPU given with `--gpu` (CUDA-visible total minus the CUDA
+    /// context): the room to compare with when the message itself carries no totals.
+    pub gpu_capacity: Option<Bytes>,
 }
 
 /// Compares one message with the prediction.
@@ -44,7 +47,7 @@ pub fn check(m: &OomMessage, p: &Prediction) -> Option<Diagnosis> {
     let capacity = m.capacity_bytes();
     let room = match (m.reserved_bytes, m.free_bytes) {
         (Some(r), Some(f)) => Some(r.saturating_add(f)),
-        _ => capacity,
+        _ => capacity.or(p.gpu_capacity),
     };
     let at_failure =
         m.allocated_bytes.map(|a| a.saturating_add(m.requested_bytes.unwrap_or_default()));

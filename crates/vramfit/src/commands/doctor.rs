@@ -167,6 +167,10 @@ fn predict(setup: &SetupArgs) -> Result<Option<Prediction>, Failure> {
     }
     let train = setup.train_setup()?;
     let bytes = |b: vramfit_core::Bytes| Bytes(b.get());
+    let gpu_capacity = match setup.gpu()? {
+        Some(gpu) => Some(bytes(gpu.cuda_visible().saturating_sub(setup.cuda_context()?))),
+        None => None,
+    };
     let prediction = match setup.model_source()? {
         ModelSource::Parameters(parameters) => {
             let states = vramfit_core::model_states_for_params(parameters, &train)
@@ -182,6 +186,7 @@ fn predict(setup: &SetupArgs) -> Result<Option<Prediction>, Failure> {
                     ("optimizer_state".to_owned(), bytes(states.optimizer_state)),
                 ],
                 hints: SizeHints { params: Some(parameters), ..SizeHints::default() },
+                gpu_capacity,
             }
         }
         ModelSource::Spec { label, spec } => {
@@ -210,6 +215,7 @@ fn predict(setup: &SetupArgs) -> Result<Option<Prediction>, Failure> {
                     params: Some(spec.parameter_count()),
                     tokens: None,
                 },
+                gpu_capacity,
             }
         }
     };

@@ -113,3 +113,18 @@ fn compared_with_the_estimate_of_the_step() {
     assert!(first["title"].as_str().unwrap().starts_with("the estimate agrees"));
     assert!(first["plan_request"]["shortfall"].as_u64().unwrap() > 0);
 }
+
+/// The seed forum thread: a transformer on an RTX 3080 (10 GB), batch 16, sequence 512,
+/// "CUDA out of memory. Tried to allocate 2.50 GiB" — a message with no totals. The GPU and
+/// setup on the command line are enough to say the step itself does not fit.
+#[test]
+fn the_forum_threads_bare_message_with_the_setup() {
+    assert_cmd_snapshot!(
+        doctor()
+            .args([
+                "--model", "bert-base-uncased", "--batch", "16", "--seq-len", "512",
+                "--precision", "fp32", "--gpu", "rtx-3080",
+            ])
+            .pass_stdin("RuntimeError: CUDA out of memory. Tried to allocate 2.50 GiB\n")
+    );
+}
