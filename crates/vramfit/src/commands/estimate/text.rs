@@ -63,7 +63,34 @@ fn capacity_line(out: &mut dyn Write, v: &Verdict) -> io::Result<()> {
     )
 }
 
-fn verdict(out: &mut dyn Write, v: &Verdict) -> io::Result<()> {
+/// What is left to try when not even one sequence fits, given what the setup already uses.
+fn untried_levers(setup: &TrainSetup, model_states: Bytes, capacity: Bytes) -> String {
+    use vramfit_core::{Checkpointing, Optimizer, Precision};
+    if model_states > capacity {
+        return format!(
+            "parameters, gradients and optimizer state alone need {model_states}: shard them \
+             (ZeRO / FSDP), offload, or use a larger GPU"
+        );
+    }
+    let mut levers = Vec::new();
+    if setup.checkpointing == Checkpointing::None {
+        levers.push("--checkpointing full");
+    }
+    if setup.precision == Precision::Fp32 {
+        levers.push("--precision bf16-mixed");
+    }
+    if !matches!(setup.optimizer, Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit | Optimizer::Sgd)
+    {
+        levers.push("--optimizer adamw-8bit");
+    }
+    if levers.is_empty() {
+        "try a shorter --seq-len, ZeRO / FSDP sharding or offload".to_owned()
+    } else {
+        format!("try {}", levers.join(", "))
+    }
+}
+
+fn verdict(out: &mut dyn Write, v: &Verdict, setup: &TrainSetup, states: Bytes) -> io::Result<()> {
     capacity_line(out, v)?;
     let headroom = Bytes(v.headroom_bytes.unsigned_abs().try_into().unwrap_or(u64::MAX));
     if v.fits {
@@ -73,9 +100,10 @@ fn verdict(out: &mut dyn Write, v: &Verdict) -> io::Result<()> {
     }
     if let Some(max) = v.max_micro_batch {
         if max == 0 {
+            let levers = untried_levers(setup, states, Bytes(v.capacity_bytes));
             writeln!(
                 out,
-                "  largest micro-batch that fits: none (even batch 1 does not fit; try checkpointing, bf16, an 8-bit optimizer)"
+                "  largest micro-batch that fits: none (even batch 1 does not fit; {levers})"
             )?;
         } else {
             writeln!(out, "  largest micro-batch that fits: {max}")?;
@@ -115,7 +143,7 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
                 row(out, &phase.replace('_', " "), bytes, "")?;
             }
             if let Some(v) = v {
-                verdict(out, v)?;
+                verdict(out, v, setup, estimate.model_states)?;
             }
             warn(out, warnings)
         }
