@@ -134,6 +134,16 @@ impl<'a> Checker<'a> {
         self.calls_by_func.get(&(func.start().into(), func.end().into())).copied()
     }
 
+    /// In a loop of a scope that runs backward passes (a training loop, not a `forward`).
+    pub(crate) fn in_training_loop(&self) -> bool {
+        self.in_loop()
+            && !self.scope.backward_offsets.is_empty()
+            && !self
+                .scope
+                .function
+                .is_some_and(|f| f.name.as_str().trim_start_matches('_').starts_with("forward"))
+    }
+
     pub(crate) fn in_loop(&self) -> bool {
         !self.scope.loops.is_empty()
     }

@@ -77,7 +77,19 @@ pub(crate) fn is_model_callee(func: &Expr, imports: &Imports, extra: &[String]) 
     if BUILDER_PREFIXES.iter().any(|prefix| lower.starts_with(prefix)) {
         return false;
     }
-    MODEL_NAMES.contains(&lower.as_str()) || MODEL_SUFFIXES.iter().any(|s| lower.ends_with(s))
+    if MODEL_NAMES.contains(&lower.as_str()) {
+        return true;
+    }
+    // A suffix match on a method (`quantizer.postprocess_model`) is a verb, not a layer: only
+    // plain names and attributes of `self` count.
+    let plain = match func {
+        Expr::Name(_) => true,
+        Expr::Attribute(attribute) => {
+            matches!(attribute.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self")
+        }
+        _ => false,
+    };
+    plain && MODEL_SUFFIXES.iter().any(|s| lower.ends_with(s))
 }
 
 /// Whether calling `func` computes a loss.

@@ -79,7 +79,7 @@ pub static RULES: &[RuleInfo] = &[
     rule!(RetainGraphInLoop, "MEM103", "retain-graph-in-loop", retain_graph_in_loop, false, None),
     rule!(BackwardCreateGraph, "MEM104", "backward-create-graph", backward_create_graph, false, None),
     rule!(RecurrentStateNotDetached, "MEM105", "recurrent-state-not-detached", recurrent_state_not_detached, false, None),
-    rule!(TensorStoredOnModuleInForward, "MEM106", "tensor-stored-on-module-in-forward", tensor_stored_on_module_in_forward, false, None),
+    rule!(TensorStoredOnModuleInForward, "MEM106", "tensor-stored-on-module-in-forward", tensor_stored_on_module_in_forward, true, None),
     rule!(AutogradCtxAttributeTensor, "MEM107", "autograd-ctx-attribute-tensor", autograd_ctx_attribute_tensor, false, None),
     rule!(OomRetryInsideExcept, "MEM108", "oom-retry-inside-except", oom_retry_inside_except, false, None),
     rule!(EvalWithoutNoGrad, "MEM201", "eval-without-no-grad", eval_without_no_grad, false, None),

@@ -150,7 +150,7 @@ with torch.inference_mode():
 #[test]
 fn set_grad_enabled_true_is_not_a_region() {
     check(
-        "import torch\nlosses = []\nwith torch.set_grad_enabled(True):\n    for x in data:\n        losses.append(model(x))\n",
+        "import torch\nlosses = []\nwith torch.set_grad_enabled(True):\n    for x in data:\n        losses.append(model(x))\n        model(x).sum().backward()\n",
         "t.py:5:23: MEM102 `losses` keeps `model(x)` with its autograd graph across iterations",
     );
 }
@@ -198,6 +198,21 @@ for x, y in loader:
     scores.append(log_loss(y, p))
     total = args.loss
     models.append(create_model(cfg))
+    loss = criterion(model(x), y)
+    loss.backward()
+
+class Encoder(nn.Module):
+    def forward(self, x):
+        all_hidden_states = ()
+        for layer in self.layers:
+            x = self.block(layer, x)
+            all_hidden_states += (x,)
+        return x
+
+def evaluate(model, quantizer):
+    model.eval()
+    for batch in loader:
+        quantizer.postprocess_model(model)
 "#,
         "",
     );

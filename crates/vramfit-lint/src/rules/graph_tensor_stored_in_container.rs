@@ -87,7 +87,7 @@ fn as_sequence(expr: &Expr) -> Option<&[Expr]> {
 }
 
 fn report(checker: &mut Checker, container: &Expr, value: &Expr) {
-    if !checker.enabled(Rule::GraphTensorStoredInContainer) || !checker.in_loop() {
+    if !checker.enabled(Rule::GraphTensorStoredInContainer) || !checker.in_training_loop() {
         return;
     }
     let Some(name) = pyast::dotted(container) else { return };

@@ -42,7 +42,8 @@ declare_rule! {
     pub(crate) struct LossAccumulatedWithGraph;
 }
 
-/// `acc += value`.
+/// `acc += value`. Only loops of a function that trains (calls `backward()`) are checked: a
+/// model's own `forward` builds its graph on purpose.
 pub(crate) fn check_aug_assign(checker: &mut Checker, aug: &ast::StmtAugAssign) {
     if !matches!(aug.op, ast::Operator::Add | ast::Operator::Sub) {
         return;
@@ -77,7 +78,7 @@ fn report_if_accumulating(
     value: &Expr,
     stmt: crate::pyast::TextRange,
 ) {
-    if !checker.enabled(Rule::LossAccumulatedWithGraph) || !checker.in_loop() {
+    if !checker.enabled(Rule::LossAccumulatedWithGraph) || !checker.in_training_loop() {
         return;
     }
     let accumulator = match target {
