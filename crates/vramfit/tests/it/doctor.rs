@@ -122,8 +122,16 @@ fn the_forum_threads_bare_message_with_the_setup() {
     assert_cmd_snapshot!(
         doctor()
             .args([
-                "--model", "bert-base-uncased", "--batch", "16", "--seq-len", "512",
-                "--precision", "fp32", "--gpu", "rtx-3080",
+                "--model",
+                "bert-base-uncased",
+                "--batch",
+                "16",
+                "--seq-len",
+                "512",
+                "--precision",
+                "fp32",
+                "--gpu",
+                "rtx-3080",
             ])
             .pass_stdin("RuntimeError: CUDA out of memory. Tried to allocate 2.50 GiB\n")
     );
