@@ -122,6 +122,18 @@ pub struct PhasePeaks {
     pub optimizer_step: Bytes,
 }
 
+impl PhasePeaks {
+    /// `(phase name, peak)` in step order; the names are [`Phase::name`]'s.
+    pub fn entries(&self) -> [(&'static str, Bytes); 4] {
+        [
+            (Phase::Forward.name(), self.forward),
+            (Phase::Loss.name(), self.loss),
+            (Phase::Backward.name(), self.backward),
+            (Phase::OptimizerStep.name(), self.optimizer_step),
+        ]
+    }
+}
+
 /// Parameters, gradients and optimizer state: what `--params` alone can tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ModelStates {

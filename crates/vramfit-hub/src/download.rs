@@ -1,7 +1,7 @@
 //! Fetching `config.json` alone from the Hub into the local cache, when the cache lacks it.
 //!
 //! One HTTPS GET of `{HF_ENDPOINT}/{org}/{name}/resolve/{revision}/config.json`, with
-//! `Authorization: Bearer $HF_TOKEN` for gated repositories, capped at 16 MiB. The file lands
+//! `Authorization: Bearer $HF_TOKEN` for gated repositories, capped at 4 MiB. The file lands
 //! where `huggingface_hub` would put it (`refs/<revision>` → `snapshots/<commit>/config.json`),
 //! so the next run, and Python, find it offline. Never weights, never code. `HF_HUB_OFFLINE`
 //! turns this off.
@@ -44,8 +44,9 @@ impl HubRemote {
     }
 }
 
-/// The most a `config.json` may weigh.
-const MAX_CONFIG_BYTES: u64 = 16 << 20;
+/// The most a downloaded `config.json` may weigh: the limit `vramfit-core`'s parser
+/// (`hf_config::MAX_CONFIG_BYTES`) enforces, so nothing larger is fetched only to be refused.
+const MAX_CONFIG_BYTES: u64 = 4 << 20;
 
 /// Downloads `config.json` of `repo` into the cache and returns its path.
 pub fn download_config(

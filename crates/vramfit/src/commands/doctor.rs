@@ -17,7 +17,7 @@ use vramfit_doctor::{
     Bytes, Diagnosis, InputKind, Prediction, Report, SizeHints, diagnose_log_against,
 };
 
-use super::estimate::{ModelSource, SetupArgs, phases};
+use super::estimate::{ModelSource, SetupArgs};
 use crate::{Failure, Outcome};
 
 /// Arguments of `vramfit doctor`.
@@ -196,7 +196,9 @@ fn predict(setup: &SetupArgs) -> Result<Option<Prediction>, Failure> {
                 model: label,
                 peak_allocated: bytes(estimate.peak_allocated),
                 peak_phase: estimate.peak_phase.name().to_owned(),
-                phases: phases(&estimate.phase_peaks)
+                phases: estimate
+                    .phase_peaks
+                    .entries()
                     .into_iter()
                     .map(|(name, b)| (name.to_owned(), bytes(b)))
                     .collect(),

@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use serde_json::{Map, Value, json};
 
-use super::{Report, phases};
+use super::Report;
 
 /// Renders a report as one JSON object and a newline.
 pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
@@ -23,7 +23,9 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
                 .map(|(name, bytes)| (name.to_string(), json!(bytes.get())))
                 .collect();
             obj.insert("components".into(), Value::Object(components));
-            let phases: Map<String, Value> = phases(&estimate.phase_peaks)
+            let phases: Map<String, Value> = estimate
+                .phase_peaks
+                .entries()
                 .into_iter()
                 .map(|(phase, bytes)| (phase.to_string(), json!(bytes.get())))
                 .collect();

@@ -8,7 +8,7 @@ use std::io::Write;
 
 use serde::Serialize;
 use vramfit_core::gpu::GpuChoice;
-use vramfit_core::{Bytes, Estimate, ModelStates, PhasePeaks, TrainSetup};
+use vramfit_core::{Bytes, Estimate, ModelStates, TrainSetup};
 
 use crate::{Failure, Outcome};
 pub use setup_args::{ModelSource, SetupArgs};
@@ -174,14 +174,4 @@ fn verdict(gpu: &GpuChoice, context: Bytes, peak: Bytes, max: Option<u64>) -> Ve
         headroom_bytes: i128::from(capacity.get()) - i128::from(peak.get()),
         max_micro_batch: max,
     }
-}
-
-/// The peak of each phase, in step order.
-pub fn phases(p: &PhasePeaks) -> [(&'static str, Bytes); 4] {
-    [
-        ("forward", p.forward),
-        ("loss", p.loss),
-        ("backward", p.backward),
-        ("optimizer_step", p.optimizer_step),
-    ]
 }

@@ -163,14 +163,12 @@ fn spec_from(label: String, json: &str, origin: &str) -> Result<ModelSource, Fai
     Ok(ModelSource::Spec { label, spec: Box::new(spec) })
 }
 
-/// Config files larger than this are not a `config.json`.
-const MAX_CONFIG_BYTES: u64 = 16 << 20;
-
 fn read_config(path: &Path) -> Result<String, Failure> {
     let path_text = path.display().to_string();
     let meta = std::fs::metadata(path)
         .map_err(|e| Failure::new(format!("cannot read {path_text}: {e}")))?;
-    if meta.len() > MAX_CONFIG_BYTES {
+    // The same limit the parser enforces, checked before reading so weights are never loaded.
+    if meta.len() > vramfit_core::hf_config::MAX_CONFIG_BYTES as u64 {
         return Err(Failure::with_hint(
             format!("{path_text} is {} — too large for a config.json", Bytes(meta.len())),
             "pass the model's config.json, never its weights",

@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use vramfit_core::{Bytes, TrainSetup, catalog, gpu};
 
-use super::{Report, Verdict, phases};
+use super::{Report, Verdict};
 
 fn count(n: u64) -> String {
     match n {
@@ -139,7 +139,7 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
             )?;
             writeln!(out)?;
             writeln!(out, "peak by phase:")?;
-            for (phase, bytes) in phases(&estimate.phase_peaks) {
+            for (phase, bytes) in estimate.phase_peaks.entries() {
                 row(out, &phase.replace('_', " "), bytes, "")?;
             }
             if let Some(v) = v {
