@@ -1,13 +1,13 @@
 //! Files on disk: finding them (directories walked honouring `.gitignore`), reading them
-//! (encodings, notebooks, binary and oversized input reported and skipped) and checking many
-//! in parallel.
+//! (encodings, notebooks, binary and oversized input reported and skipped), checking many
+//! in parallel and writing fixes back.
 
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
 use crate::fix::{FixMode, apply_fixes};
-use crate::notebook::parse_notebook;
+use crate::notebook::{Notebook, NotebookError};
 use crate::settings::Settings;
 use crate::source::SourceText;
 use crate::{Checked, check_source};
@@ -92,22 +92,57 @@ fn is_python_like(path: &Path) -> bool {
 
 /// Reads one file into checkable text, or says why it cannot be checked.
 pub fn read_file(path: &Path) -> Result<SourceText, String> {
+    match read_input(path)? {
+        Input::Python(source) => Ok(source),
+        Input::Notebook { source, .. } => Ok(source),
+    }
+}
+
+/// A file as read: Python text, or a notebook with its joined cells.
+enum Input {
+    Python(SourceText),
+    Notebook { notebook: Notebook, source: SourceText, bom: bool },
+}
+
+fn read_input(path: &Path) -> Result<Input, String> {
     let metadata = std::fs::metadata(path).map_err(|err| err.to_string().to_lowercase())?;
     if metadata.len() > MAX_FILE_BYTES {
         return Err(format!("larger than {} MiB", MAX_FILE_BYTES >> 20));
     }
     let bytes = std::fs::read(path).map_err(|err| err.to_string().to_lowercase())?;
     let is_notebook = path.extension().is_some_and(|e| e == "ipynb");
-    decode(&bytes, is_notebook)
+    let text = decode_text(&bytes, is_notebook)?;
+    if !is_notebook {
+        return Ok(Input::Python(SourceText::python(text)));
+    }
+    let notebook = Notebook::parse(text).map_err(notebook_reason)?;
+    let source = notebook.source().map_err(notebook_reason)?;
+    Ok(Input::Notebook { notebook, source, bom: bytes.starts_with(BOM) })
+}
+
+fn notebook_reason(err: NotebookError) -> String {
+    err.to_string().replace('\n', " ")
+}
+
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Turns file bytes into checkable text (see [`decode_text`]); notebooks are parsed.
+#[cfg(test)]
+pub(crate) fn decode(bytes: &[u8], is_notebook: bool) -> Result<SourceText, String> {
+    let text = decode_text(bytes, is_notebook)?;
+    if is_notebook {
+        return crate::notebook::parse_notebook(&text).map_err(notebook_reason);
+    }
+    Ok(SourceText::python(text))
 }
 
 /// Turns file bytes into text: rejects binary data, decodes UTF-8 (with or without a BOM) or
 /// Latin-1 when a PEP 263 coding line says so, and rejects overlong lines.
-pub(crate) fn decode(bytes: &[u8], is_notebook: bool) -> Result<SourceText, String> {
+fn decode_text(bytes: &[u8], is_notebook: bool) -> Result<String, String> {
     if bytes.contains(&0) {
         return Err("binary file (contains NUL bytes)".into());
     }
-    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    let bytes = bytes.strip_prefix(BOM).unwrap_or(bytes);
     let text = match std::str::from_utf8(bytes) {
         Ok(text) => text.to_string(),
         Err(err) => {
@@ -127,10 +162,7 @@ pub(crate) fn decode(bytes: &[u8], is_notebook: bool) -> Result<SourceText, Stri
     {
         return Err(format!("line {} is longer than {} MiB", index + 1, MAX_LINE_BYTES >> 20));
     }
-    if is_notebook {
-        return parse_notebook(&text).map_err(|err| err.to_string().replace('\n', " "));
-    }
-    Ok(SourceText::python(text))
+    Ok(text)
 }
 
 /// A PEP 263 coding declaration for Latin-1 in the first two lines.
@@ -144,38 +176,77 @@ fn declares_latin1(bytes: &[u8]) -> bool {
 }
 
 /// Checks `files` in parallel; with `fix`, applies fixes and writes changed files back.
+///
+/// A notebook is written back only when the result reads back as the fixed cells with
+/// everything else unchanged; otherwise its findings are reported as they are and the file is
+/// also listed in [`LintRun::skipped`] with the reason its fixes were not written.
 pub fn lint_paths(files: &[PathBuf], settings: &Settings, fix: Option<FixMode>) -> LintRun {
-    let lint_one = |path: &PathBuf| -> Result<FileReport, Skipped> {
-        let skip = |reason: String| Skipped { path: path.clone(), reason };
-        let source = read_file(path).map_err(skip)?;
-        let Some(mode) = fix.filter(|_| !source.is_notebook()) else {
-            let checked = check_source(&source, settings, Some(path));
-            return Ok(FileReport { path: path.clone(), source, checked, fixed: 0 });
-        };
-        let (text, fixed, checked) = apply_fixes(&source, settings, Some(path), mode);
-        let source = match text {
-            Some(text) => {
-                std::fs::write(path, &text)
-                    .map_err(|err| skip(format!("cannot write fixes: {err}").to_lowercase()))?;
-                SourceText::python(text)
-            }
-            None => source,
-        };
-        Ok(FileReport { path: path.clone(), source, checked, fixed })
+    let lint_one = |path: &PathBuf| -> (Option<FileReport>, Option<Skipped>) {
+        match lint_file(path, settings, fix) {
+            Ok((report, warning)) => (Some(report), warning),
+            Err(reason) => (None, Some(Skipped { path: path.clone(), reason })),
+        }
     };
-    let results: Vec<Result<FileReport, Skipped>> =
+    let results: Vec<(Option<FileReport>, Option<Skipped>)> =
         match rayon::ThreadPoolBuilder::new().stack_size(WORKER_STACK_BYTES).build() {
             Ok(pool) => pool.install(|| files.par_iter().map(lint_one).collect()),
             Err(_) => files.iter().map(lint_one).collect(),
         };
     let mut run = LintRun::default();
-    for result in results {
-        match result {
-            Ok(report) => run.reports.push(report),
-            Err(skipped) => run.skipped.push(skipped),
-        }
+    for (report, skipped) in results {
+        run.reports.extend(report);
+        run.skipped.extend(skipped);
     }
     run
+}
+
+/// Checks one file and, with `fix`, writes the fixes back. The second value says why fixes
+/// found for a notebook were not written.
+fn lint_file(
+    path: &Path,
+    settings: &Settings,
+    fix: Option<FixMode>,
+) -> Result<(FileReport, Option<Skipped>), String> {
+    let input = read_input(path)?;
+    let source = match &input {
+        Input::Python(source) | Input::Notebook { source, .. } => source,
+    };
+    let report = |source: SourceText, checked: Checked, fixed: usize| FileReport {
+        path: path.to_path_buf(),
+        source,
+        checked,
+        fixed,
+    };
+    let Some(mode) = fix else {
+        let checked = check_source(source, settings, Some(path));
+        return Ok((report(source.clone(), checked, 0), None));
+    };
+    let (fixed_source, fixed, checked) = apply_fixes(source, settings, Some(path), mode);
+    let Some(fixed_source) = fixed_source else {
+        return Ok((report(source.clone(), checked, 0), None));
+    };
+    let cannot_write = |err: std::io::Error| format!("cannot write fixes: {err}").to_lowercase();
+    match &input {
+        Input::Python(_) => {
+            std::fs::write(path, fixed_source.text()).map_err(cannot_write)?;
+        }
+        Input::Notebook { notebook, bom, .. } => match notebook.rewrite(&fixed_source) {
+            Ok(Some(json)) => {
+                let bytes = if *bom { [BOM, json.as_bytes()].concat() } else { json.into_bytes() };
+                std::fs::write(path, bytes).map_err(cannot_write)?;
+            }
+            Ok(None) => return Ok((report(fixed_source, checked, 0), None)),
+            Err(err) => {
+                let checked = check_source(source, settings, Some(path));
+                let warning = Skipped {
+                    path: path.to_path_buf(),
+                    reason: format!("fixes not written: {err}"),
+                };
+                return Ok((report(source.clone(), checked, 0), Some(warning)));
+            }
+        },
+    }
+    Ok((report(fixed_source, checked, fixed), None))
 }
 
 #[cfg(test)]

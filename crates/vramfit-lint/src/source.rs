@@ -54,6 +54,11 @@ impl SourceText {
         self.cells.is_some()
     }
 
+    /// The code cells of a notebook; empty for a Python file.
+    pub(crate) fn cells(&self) -> &[Cell] {
+        self.cells.as_deref().unwrap_or(&[])
+    }
+
     pub(crate) fn cell_ranges(&self) -> Option<Vec<TextRange>> {
         self.cells.as_ref().map(|cells| cells.iter().map(|cell| cell.range).collect())
     }
