@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
-use vramfit_lint::{RULES, Rule, Settings, SourceText, check_source, parse_notebook, render};
+use vramfit_lint::{
+    FixMode, RULES, Rule, Settings, SourceText, check_source, lint_paths, parse_notebook, render,
+};
 
 /// Every rule on, preview rules included.
 fn all_rules() -> Settings {
@@ -185,6 +187,51 @@ fn notebooks_report_cells() {
         actual.trim_end(),
         "nb.ipynb:cell 3:5:14: MEM101 `total` accumulates `loss` across iterations with its autograd graph: memory grows every step"
     );
+}
+
+/// The fixture notebook (see `notebooks/make_fixable.py`), fixed on disk with `mode`: the new
+/// file content and the codes still reported.
+fn fix_notebook(prefix: &[u8], mode: FixMode) -> (Vec<u8>, Vec<&'static str>, usize) {
+    let original = include_bytes!("notebooks/fixable.ipynb");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fixable.ipynb");
+    std::fs::write(&path, [prefix, original.as_slice()].concat()).unwrap();
+    let run = lint_paths(std::slice::from_ref(&path), &Settings::default(), Some(mode));
+    assert!(run.skipped.is_empty(), "{:?}", run.skipped);
+    let report = &run.reports[0];
+    let codes = report.checked.diagnostics.iter().map(|d| d.rule.code()).collect();
+    (std::fs::read(&path).unwrap(), codes, report.fixed)
+}
+
+#[test]
+fn notebook_fixes_are_written_back_cell_by_cell() {
+    let original = include_str!("notebooks/fixable.ipynb");
+    let (fixed, remaining, count) = fix_notebook(b"", FixMode::Safe);
+    let fixed = String::from_utf8(fixed).unwrap();
+    assert_eq!((count, remaining), (3, vec!["MEM101"]));
+    insta::assert_snapshot!(fixed);
+    // Only the `source` of the fixed code cells differs.
+    let mut before: serde_json::Value = serde_json::from_str(original).unwrap();
+    let after: serde_json::Value = serde_json::from_str(&fixed).unwrap();
+    for index in [1, 2, 4] {
+        before["cells"][index]["source"] = after["cells"][index]["source"].clone();
+    }
+    assert_eq!(before, after);
+    // Read again, the fixed notebook is clean for the fixed rules.
+    let source = parse_notebook(&fixed).unwrap();
+    let checked = check_source(&source, &Settings::default(), None);
+    let codes: Vec<&str> = checked.diagnostics.iter().map(|d| d.rule.code()).collect();
+    assert_eq!(codes, ["MEM101"]);
+}
+
+#[test]
+fn notebook_unsafe_fixes_and_a_bom() {
+    let (fixed, remaining, count) = fix_notebook(b"\xEF\xBB\xBF", FixMode::Unsafe);
+    assert_eq!((count, remaining), (4, Vec::<&str>::new()));
+    assert!(fixed.starts_with(b"\xEF\xBB\xBF{\n \"cells\": [\n"));
+    let text = String::from_utf8(fixed).unwrap();
+    assert!(text.contains("\"    total += loss.item()  # température moyenne\"\n"));
+    assert!(text.ends_with("}\n"));
 }
 
 #[test]
