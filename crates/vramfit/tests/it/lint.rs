@@ -173,6 +173,25 @@ fn notebook_positions_name_the_cell() {
     assert_cmd_snapshot!(lint_in(dir.path()));
 }
 
+/// The lint crate's fixture notebook (nbformat layout; MEM303, MEM405, MEM505 and MEM101).
+const NOTEBOOK: &str = include_str!("../../../vramfit-lint/tests/notebooks/fixable.ipynb");
+
+#[test]
+fn fix_rewrites_notebook_cells() {
+    let dir = project(&[("train.ipynb", NOTEBOOK.as_bytes())]);
+    assert_cmd_snapshot!(lint_in(dir.path()).args(["--fix", "--format", "concise"]));
+    let fixed = std::fs::read_to_string(dir.path().join("train.ipynb")).unwrap();
+    assert_ne!(fixed, NOTEBOOK);
+    assert!(fixed.contains("\"        h = checkpoint(block, x, use_reentrant=False)\\n\",\n"));
+    assert!(fixed.contains("\"    total += loss  # température moyenne\"\n"));
+    assert_eq!(fixed.lines().count(), NOTEBOOK.lines().count());
+    let output = lint_in(dir.path())
+        .args(["--select", "MEM303,MEM405,MEM505", "train.ipynb"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stdout));
+}
+
 #[test]
 fn rule_prints_its_documentation() {
     assert_cmd_snapshot!(vramfit().args(["rule", "MEM101"]));
