@@ -423,4 +423,57 @@ mod tests {
         );
         assert!(matches!(notebook.rewrite(&fixed), Err(NotebookError::RoundTrip)));
     }
+
+    /// A notebook with `cells` as code cells (as lists of lines or strings), pretty or compact.
+    fn notebook_json(cells: &[(String, bool)], pretty: bool) -> String {
+        let cells: Vec<serde_json::Value> = cells
+            .iter()
+            .map(|(code, as_lines)| {
+                let source = if *as_lines {
+                    serde_json::Value::from(code.split_inclusive('\n').collect::<Vec<_>>())
+                } else {
+                    serde_json::Value::from(code.as_str())
+                };
+                serde_json::json!({"cell_type": "code", "outputs": [], "source": source})
+            })
+            .collect();
+        let notebook = serde_json::json!({"cells": cells, "metadata": {"k": [1, 2.5]}});
+        if pretty { serde_json::to_string_pretty(&notebook).unwrap() } else { notebook.to_string() }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_fixed_cell_is_written_back(
+            cells in proptest::collection::vec(("[a\n\r\"\\\\é\t ]{0,12}", proptest::bool::ANY), 1..4),
+            new_code in "[b\n\"\\\\é→]{0,12}",
+            which in 0usize..4,
+            pretty in proptest::bool::ANY,
+        ) {
+            let json = notebook_json(&cells, pretty);
+            let notebook = Notebook::parse(json.clone()).unwrap();
+            let source = notebook.source().unwrap();
+            let which = which % cells.len();
+            let new_code = new_code.trim_end_matches(['\n', '\r']).to_string();
+            let codes: Vec<(usize, String)> = source
+                .cells()
+                .iter()
+                .enumerate()
+                .map(|(i, cell)| {
+                    let code = if i == which { new_code.clone() } else { source.slice(cell.range).to_string() };
+                    (i, code)
+                })
+                .collect();
+            let fixed = join_cells(codes.iter().map(|(i, c)| (*i, c.as_str()))).unwrap();
+            match notebook.rewrite(&fixed).unwrap() {
+                None => proptest::prop_assert_eq!(fixed.text(), source.text()),
+                Some(out) => {
+                    let reread = parse_notebook(&out).unwrap();
+                    proptest::prop_assert_eq!(reread.text(), fixed.text());
+                    // Everything before the changed source is untouched.
+                    let span = notebook.cells[which].span.clone().unwrap();
+                    proptest::prop_assert_eq!(out.get(..span.start), json.get(..span.start));
+                }
+            }
+        }
+    }
 }
