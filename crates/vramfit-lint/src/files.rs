@@ -93,8 +93,7 @@ fn is_python_like(path: &Path) -> bool {
 /// Reads one file into checkable text, or says why it cannot be checked.
 pub fn read_file(path: &Path) -> Result<SourceText, String> {
     match read_input(path)? {
-        Input::Python(source) => Ok(source),
-        Input::Notebook { source, .. } => Ok(source),
+        Input::Python(source) | Input::Notebook { source, .. } => Ok(source),
     }
 }
 
