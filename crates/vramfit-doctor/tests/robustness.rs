@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use vramfit_doctor::pickle::{Limits, read_pickle};
-use vramfit_doctor::snapshot::read_snapshot;
+use vramfit_doctor::snapshot::{read_snapshot, read_snapshot_seekable};
 use vramfit_doctor::stats::{parse_stats_json, parse_summary};
 use vramfit_doctor::{SizeHints, diagnose_log};
 
@@ -82,5 +82,20 @@ proptest! {
         };
         let _ = read_pickle(&bytes[..], &limits);
         let _ = read_snapshot(&bytes[..], &limits, 5);
+        let _ = read_snapshot_seekable(std::io::Cursor::new(&bytes), &limits, 5);
     }
+}
+
+#[test]
+fn deep_nesting_ends_without_overflowing_the_stack() {
+    // A million TUPLE1 opcodes nest an empty tuple a million levels deep in 1 MB. The value
+    // must be dropped without recursion, and read through both passes.
+    let mut bytes = b"\x80\x04)".to_vec();
+    bytes.extend(std::iter::repeat_n(0x85, 1_000_000));
+    bytes.push(b'.');
+    let limits = Limits { max_memory: 1 << 30, ..Limits::default() };
+    let value = read_pickle(&bytes[..], &limits).unwrap();
+    drop(value);
+    let err = read_snapshot_seekable(std::io::Cursor::new(&bytes), &limits, 5).unwrap_err();
+    assert_eq!(err.to_string(), "not a memory snapshot: a segment has no total_size");
 }

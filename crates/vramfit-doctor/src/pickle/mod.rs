@@ -8,19 +8,33 @@
 //! extension registry and persistent ids) with an error naming the opcode.
 //!
 //! Memoised objects are shared through `Rc` (PyTorch memoises stack frames that many blocks
-//! reference), the input is read through a `Read` in one pass, and [`Limits`] bound the
-//! memory the values may take, the length of any one string, the nesting of the stack and
-//! the wall-clock time, so garbage or hostile input ends in an error, never a panic.
+//! reference), the input is read through a `Read`, and [`Limits`] bound the memory the
+//! values may take, the length of any one string, the nesting of the stack and the
+//! wall-clock time, so garbage or hostile input ends in an error, never a panic.
+//!
+//! # Streaming
+//!
+//! Python's pickler memoises every container it writes, so a reader that keeps the whole
+//! memo keeps the whole file. Files of gigabytes are read in two passes instead:
+//! [`memo_reads`] walks the opcodes once, building nothing, and records which memo entries
+//! are ever read back (in a snapshot: the shared frames and the dict keys); the second pass
+//! ([`read_pickle_with`]) keeps only those, and offers every item appended to a list to a
+//! [`Fold`], which may consume it (a trace event, a segment) instead of storing it. What
+//! stays in memory is then what the fold keeps, the shared objects and one batch of items.
 
+mod scan;
 mod value;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, BufRead, BufReader, Read};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+pub use scan::memo_reads;
 pub use value::Value;
+use value::{VALUE_COST, freed_cost};
 
 /// Bounds on what a pickle may make the reader do.
 #[derive(Debug, Clone, Copy)]
@@ -86,28 +100,120 @@ pub enum PickleError {
     Io(String),
 }
 
-/// Reads one pickle from `reader` within `limits`.
+/// Reads one pickle from `reader` within `limits`, keeping every memo entry and every item.
 pub fn read_pickle(reader: impl Read, limits: &Limits) -> Result<Value, PickleError> {
-    Machine::new(reader, *limits).run()
+    read_pickle_with(reader, limits, &Keep::All, &mut KeepEverything)
 }
 
-/// Rough bytes a value costs, for the memory budget.
-const VALUE_COST: u64 = 32;
+/// Reads one pickle, keeping the memo entries `keep` names and letting `fold` consume the
+/// items appended to lists.
+pub fn read_pickle_with(
+    reader: impl Read,
+    limits: &Limits,
+    keep: &Keep,
+    fold: &mut dyn Fold,
+) -> Result<Value, PickleError> {
+    Machine::new(reader, *limits, keep, fold).run()
+}
 
-struct Machine<R: Read> {
+/// Which memo entries the machine stores.
+#[derive(Debug, Clone)]
+pub enum Keep {
+    /// Every one (one pass; the memo then holds every memoised object to the end).
+    All,
+    /// Only those read back, as found by [`memo_reads`] over the same bytes.
+    Read(MemoReads),
+}
+
+impl Keep {
+    fn wants(&self, index: u64) -> bool {
+        match self {
+            Keep::All => true,
+            Keep::Read(reads) => reads.indices.contains(&index),
+        }
+    }
+}
+
+/// The memo indices a pickle reads back with `GET`, `BINGET` or `LONG_BINGET`.
+#[derive(Debug, Clone, Default)]
+pub struct MemoReads {
+    indices: HashSet<u64, BuildHasherDefault<IndexHasher>>,
+}
+
+/// A hasher for memo indices: Python numbers them 0, 1, 2, ..., so a multiplicative mix is
+/// enough, and much cheaper than SipHash on the millions of lookups a snapshot makes. A
+/// hostile file that collides them only slows the reader, which the time limit bounds.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IndexHasher(u64);
+
+impl Hasher for IndexHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(self.0.rotate_left(8) ^ u64::from(*b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        let x = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = x ^ (x >> 29);
+    }
+}
+
+impl MemoReads {
+    /// How many distinct entries are read back.
+    pub fn len(&self) -> usize {
+        self.indices.len()
+    }
+
+    /// Whether no entry is read back.
+    pub fn is_empty(&self) -> bool {
+        self.indices.is_empty()
+    }
+}
+
+/// Receives the items appended to lists while the pickle is read.
+pub trait Fold {
+    /// Called for each `item` about to be appended to `list` (a [`Value::List`]); returns
+    /// `true` when it has used the item and the list should not keep it.
+    fn take(&mut self, list: &Value, item: &Value) -> bool;
+}
+
+/// A [`Fold`] that takes nothing: lists keep all their items.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KeepEverything;
+
+impl Fold for KeepEverything {
+    fn take(&mut self, _list: &Value, _item: &Value) -> bool {
+        false
+    }
+}
+
+/// Nesting counted when a consumed item gives its budget back.
+const FREED_DEPTH: u32 = 16;
+
+struct Machine<'a, R: Read> {
     input: BufReader<R>,
     offset: u64,
     limits: Limits,
     started: Instant,
     stack: Vec<Value>,
     marks: Vec<usize>,
-    memo: HashMap<u64, Value>,
+    memo: HashMap<u64, Value, BuildHasherDefault<IndexHasher>>,
+    /// The index `MEMOIZE` uses next: one past the highest index stored so far, which is
+    /// `len(memo)` for every pickle Python writes (see [`scan`]).
+    next_memo: u64,
+    keep: &'a Keep,
+    fold: &'a mut dyn Fold,
     used: u64,
     ops: u64,
 }
 
-impl<R: Read> Machine<R> {
-    fn new(reader: R, limits: Limits) -> Machine<R> {
+impl<'a, R: Read> Machine<'a, R> {
+    fn new(reader: R, limits: Limits, keep: &'a Keep, fold: &'a mut dyn Fold) -> Machine<'a, R> {
         Machine {
             input: BufReader::with_capacity(1 << 16, reader),
             offset: 0,
@@ -115,7 +221,10 @@ impl<R: Read> Machine<R> {
             started: Instant::now(),
             stack: Vec::new(),
             marks: Vec::new(),
-            memo: HashMap::new(),
+            memo: HashMap::default(),
+            next_memo: 0,
+            keep,
+            fold,
             used: 0,
             ops: 0,
         }
@@ -219,9 +328,31 @@ impl<R: Read> Machine<R> {
 
     fn memo_put(&mut self, index: u64) -> Result<(), PickleError> {
         let value = self.top()?.clone();
-        self.charge(VALUE_COST)?;
-        self.memo.insert(index, value);
+        self.next_memo = self.next_memo.max(index.saturating_add(1));
+        if self.keep.wants(index) {
+            self.charge(VALUE_COST)?;
+            self.memo.insert(index, value);
+        }
         Ok(())
+    }
+
+    /// The list on top of the stack, for `APPEND` and `APPENDS`.
+    fn top_list(&self, what: &'static str) -> Result<Value, PickleError> {
+        match self.top()? {
+            list @ Value::List(_) => Ok(list.clone()),
+            _ => Err(self.malformed(what)),
+        }
+    }
+
+    /// Appends `item` to `list` unless the fold takes it; a taken item's budget comes back.
+    fn append(&mut self, list: &Value, item: Value) {
+        let Value::List(items) = list else { return };
+        if self.fold.take(list, &item) {
+            let freed = freed_cost(&item, FREED_DEPTH);
+            self.used = self.used.saturating_sub(freed);
+        } else {
+            items.borrow_mut().push(item);
+        }
     }
 
     fn memo_get(&mut self, index: u64) -> Result<(), PickleError> {
@@ -379,17 +510,15 @@ impl<R: Read> Machine<R> {
                 }
                 b'a' => {
                     let item = self.pop()?;
-                    let Value::List(list) = self.top()? else {
-                        return Err(self.malformed("APPEND to a non-list"));
-                    };
-                    list.borrow_mut().push(item);
+                    let list = self.top_list("APPEND to a non-list")?;
+                    self.append(&list, item);
                 }
                 b'e' | 0x90 => {
                     let items = self.pop_mark()?;
-                    let Value::List(list) = self.top()? else {
-                        return Err(self.malformed("APPENDS to a non-list"));
-                    };
-                    list.borrow_mut().extend(items);
+                    let list = self.top_list("APPENDS to a non-list")?;
+                    for item in items {
+                        self.append(&list, item);
+                    }
                 }
                 b')' => self.push(Value::Tuple(Rc::from(Vec::new())))?,
                 b't' => {
@@ -417,17 +546,27 @@ impl<R: Read> Machine<R> {
                     let Value::Dict(dict) = self.top()? else {
                         return Err(self.malformed("SETITEM on a non-dict"));
                     };
-                    set_item(&mut dict.borrow_mut(), key, value);
+                    dict.borrow_mut().push((key, value));
                 }
                 b'u' => {
-                    let items = self.pop_mark()?;
-                    let new = pairs(items).ok_or_else(|| self.malformed("odd SETITEMS items"))?;
-                    let Value::Dict(dict) = self.top()? else {
+                    // Moved from the stack straight into the dict: no vector in between.
+                    let mark = self.marks.pop().ok_or_else(|| self.malformed("no MARK"))?;
+                    if mark > self.stack.len() {
+                        return Err(self.malformed("MARK beyond the stack"));
+                    }
+                    if !(self.stack.len() - mark).is_multiple_of(2) {
+                        return Err(self.malformed("odd SETITEMS items"));
+                    }
+                    let Some(Value::Dict(dict)) = mark.checked_sub(1).map(|i| &self.stack[i])
+                    else {
                         return Err(self.malformed("SETITEMS on a non-dict"));
                     };
+                    let dict = Rc::clone(dict);
                     let mut dict = dict.borrow_mut();
-                    for (k, v) in new {
-                        set_item(&mut dict, k, v);
+                    dict.reserve((self.stack.len() - mark) / 2);
+                    let mut items = self.stack.drain(mark..);
+                    while let (Some(k), Some(v)) = (items.next(), items.next()) {
+                        dict.push((k, v));
                     }
                 }
                 b'g' => {
@@ -456,10 +595,7 @@ impl<R: Read> Machine<R> {
                     let index = u64::from(u32::from_le_bytes(self.array()?));
                     self.memo_put(index)?;
                 }
-                0x94 => {
-                    let index = self.memo.len() as u64;
-                    self.memo_put(index)?;
-                }
+                0x94 => self.memo_put(self.next_memo)?,
                 _ => {
                     if let Some(name) = refused(op) {
                         return Err(PickleError::Refused { name, offset: at });
@@ -472,7 +608,7 @@ impl<R: Read> Machine<R> {
 }
 
 /// The name of an opcode that is refused because it runs or references code.
-fn refused(op: u8) -> Option<&'static str> {
+pub(crate) fn refused(op: u8) -> Option<&'static str> {
     Some(match op {
         b'c' => "GLOBAL",
         0x93 => "STACK_GLOBAL",
@@ -503,17 +639,6 @@ fn pairs(items: Vec<Value>) -> Option<Vec<(Value, Value)>> {
         out.push((k, v));
     }
     Some(out)
-}
-
-/// Inserts or replaces a str-keyed item (other keys are appended).
-fn set_item(dict: &mut Vec<(Value, Value)>, key: Value, value: Value) {
-    if let Some(k) = key.as_str()
-        && let Some(slot) = dict.iter_mut().find(|(existing, _)| existing.as_str() == Some(k))
-    {
-        slot.1 = value;
-        return;
-    }
-    dict.push((key, value));
 }
 
 /// A little-endian two's-complement long.

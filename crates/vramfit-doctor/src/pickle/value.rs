@@ -1,6 +1,10 @@
 //! The values a data-only pickle can hold. Containers are `Rc`-shared, so an object the
 //! pickle memoises once and references many times (as PyTorch does for stack frames) is
 //! stored once.
+//!
+//! A pickle can nest containers one byte a level (`TUPLE1` repeated), so values are dropped
+//! with a loop of their own rather than the compiler's recursive drop, which would overflow
+//! the stack on a hostile file.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -89,15 +93,27 @@ impl Value {
         }
     }
 
-    /// Looks up a str key in a dict.
+    /// Looks up a str key in a dict. A key set twice has its last value, as in Python.
     pub fn get(&self, key: &str) -> Option<Value> {
         let Value::Dict(d) = self else { return None };
-        d.borrow().iter().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v.clone())
+        d.borrow().iter().rev().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v.clone())
     }
 
     /// Whether this is a dict.
     pub fn is_dict(&self) -> bool {
         matches!(self, Value::Dict(_))
+    }
+
+    /// How many holders share this container or string (1 for a plain number).
+    pub fn strong_count(&self) -> usize {
+        match self {
+            Value::List(l) => Rc::strong_count(l),
+            Value::Dict(d) => Rc::strong_count(d),
+            Value::Tuple(t) => Rc::strong_count(t),
+            Value::Str(s) => Rc::strong_count(s),
+            Value::Bytes(b) | Value::BigInt(b) => Rc::strong_count(b),
+            _ => 1,
+        }
     }
 
     /// Identity of a shared container (for deduplication by object), if it is one.
@@ -109,4 +125,67 @@ impl Value {
             _ => None,
         }
     }
+}
+
+impl Drop for Value {
+    fn drop(&mut self) {
+        let mut pending = Vec::new();
+        take_children(self, &mut pending);
+        while let Some(mut value) = pending.pop() {
+            take_children(&mut value, &mut pending);
+            // `value` has no children left: dropping it does not recurse.
+        }
+    }
+}
+
+/// Moves the children of a container this value owns alone into `out`.
+fn take_children(value: &mut Value, out: &mut Vec<Value>) {
+    match value {
+        Value::List(list) => {
+            if let Some(cell) = Rc::get_mut(list) {
+                out.append(cell.get_mut());
+            }
+        }
+        Value::Dict(dict) => {
+            if let Some(cell) = Rc::get_mut(dict) {
+                for (k, v) in cell.get_mut().drain(..) {
+                    out.push(k);
+                    out.push(v);
+                }
+            }
+        }
+        Value::Tuple(items) => {
+            if let Some(items) = Rc::get_mut(items) {
+                out.extend(items.iter_mut().map(|item| std::mem::replace(item, Value::None)));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Bytes a value is charged for its slot in the pickle machine's budget.
+pub(crate) const VALUE_COST: u64 = 32;
+
+/// The budget a value gives back when it is dropped: its slot, and what it alone owns
+/// (objects shared with the memo or other values stay alive and are not counted). Nesting
+/// deeper than `depth` is not counted, so the figure never overstates what is freed.
+pub(crate) fn freed_cost(value: &Value, depth: u32) -> u64 {
+    let own = match value {
+        Value::Str(s) if Rc::strong_count(s) == 1 => s.len() as u64,
+        Value::Bytes(b) | Value::BigInt(b) if Rc::strong_count(b) == 1 => b.len() as u64,
+        _ if depth == 0 => 0,
+        Value::List(l) if Rc::strong_count(l) == 1 => {
+            l.borrow().iter().map(|v| freed_cost(v, depth - 1)).sum()
+        }
+        Value::Tuple(t) if Rc::strong_count(t) == 1 => {
+            t.iter().map(|v| freed_cost(v, depth - 1)).sum()
+        }
+        Value::Dict(d) if Rc::strong_count(d) == 1 => d
+            .borrow()
+            .iter()
+            .map(|(k, v)| freed_cost(k, depth - 1) + freed_cost(v, depth - 1))
+            .sum(),
+        _ => 0,
+    };
+    VALUE_COST + own
 }
