@@ -5,13 +5,14 @@
 //! made, 2 when an input holds nothing to diagnose or cannot be read.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Seek, Write};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Serialize;
 use vramfit_doctor::pickle::{Limits, PickleError};
 use vramfit_doctor::render::{json, text};
-use vramfit_doctor::snapshot::{SnapshotError, SnapshotReport, read_snapshot, write_svg};
+use vramfit_doctor::snapshot::{SnapshotError, SnapshotReport, read_snapshot_seekable, write_svg};
 use vramfit_doctor::stats::{AllocatorStats, parse_stats_json, parse_summary};
 use vramfit_doctor::{
     Bytes, Diagnosis, InputKind, Prediction, Report, SizeHints, diagnose_log_against,
@@ -40,8 +41,9 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "N", default_value_t = 10)]
     top: usize,
 
-    /// Memory budget for reading a snapshot pickle, in MiB.
-    #[arg(long, value_name = "MIB", default_value_t = 4096)]
+    /// Memory budget for reading a snapshot pickle, in MiB. Segments and trace events are
+    /// folded as they are read, so this bounds the shared stack frames and one segment.
+    #[arg(long, value_name = "MIB", default_value_t = 1024)]
     max_memory: u64,
 
     /// With --model (or --params), each crash is compared with the estimate of that step.
@@ -237,7 +239,31 @@ fn analyse(
         InputKind::Snapshot => {
             let limits =
                 Limits { max_memory: args.max_memory.saturating_mul(1 << 20), ..Limits::default() };
-            let report = read_snapshot(reader, &limits, args.top)
+            // Two passes with bounded memory: over the file, or over stdin copied to an
+            // unnamed temporary file (removed when closed).
+            let file = if path.as_os_str() == "-" {
+                let mut spool = tempfile::tempfile().map_err(|e| {
+                    Failure::with_hint(
+                        format!("cannot store the snapshot read from stdin: {e}"),
+                        "pass the snapshot file's path instead, or point TMPDIR at a writable directory",
+                    )
+                })?;
+                io::copy(&mut reader, &mut spool)?;
+                spool
+            } else {
+                drop(reader);
+                File::open(path)
+                    .map_err(|e| Failure::new(format!("cannot read {}: {e}", path.display())))?
+            };
+            // The reader's work grows linearly with the file; allow at least 5 MiB/s.
+            let size = file.metadata().map_or(0, |m| m.len());
+            let limits = Limits {
+                max_time: limits.max_time.max(Duration::from_secs(size / (5 << 20))),
+                ..limits
+            };
+            let mut file = BufReader::with_capacity(1 << 16, file);
+            file.rewind()?;
+            let report = read_snapshot_seekable(file, &limits, args.top)
                 .map_err(|e| snapshot_failure(&name, &e))?;
             let diagnoses = vramfit_doctor::diagnosis::diagnose_stats(&report.allocator_stats());
             Ok(Analysis::Snapshot { input: name, report, diagnoses })
@@ -285,9 +311,12 @@ fn snapshot_failure(name: &str, err: &SnapshotError) -> Failure {
         SnapshotError::Pickle(PickleError::Refused { .. }) => failure.hint(
             "vramfit only reads data pickles such as torch.cuda.memory._dump_snapshot() writes; do not unpickle this file in Python either",
         ),
-        SnapshotError::Pickle(PickleError::Limit("memory")) => {
-            failure.hint("raise the budget with --max-memory <MiB>")
-        }
+        SnapshotError::Pickle(PickleError::Limit("memory")) => failure.hint(
+            "trace events are folded as they are read, so the memory goes to shared stack frames and segments; raise the budget with --max-memory <MiB>",
+        ),
+        SnapshotError::Pickle(PickleError::Limit("time")) => failure.hint(
+            "a snapshot is read at tens of MiB per second; a file this slow to read is likely not one",
+        ),
         _ => failure,
     }
 }

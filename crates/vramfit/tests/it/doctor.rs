@@ -80,6 +80,36 @@ fn snapshot_with_chart() {
 }
 
 #[test]
+fn snapshot_from_stdin_reads_like_the_file() {
+    let file = doctor().args(["snapshots/oom_fragmented.pickle", "--format", "json"]).output();
+    let bytes = std::fs::read(fixtures().join("snapshots/oom_fragmented.pickle")).unwrap();
+    let mut stdin = doctor();
+    stdin.args(["--format", "json"]).stdin(std::process::Stdio::piped());
+    stdin.stdout(std::process::Stdio::piped());
+    let mut child = stdin.spawn().unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), &bytes).unwrap();
+    let piped = child.wait_with_output().unwrap();
+    let file = file.unwrap();
+    assert!(file.status.success() && piped.status.success());
+    let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(text(&file).replace("snapshots/oom_fragmented.pickle", "stdin"), text(&piped));
+}
+
+#[test]
+fn snapshot_over_the_memory_budget() {
+    // The fixture's memo and its largest segment do not fit in a budget of 0 MiB.
+    assert_cmd_snapshot!(doctor().args(["snapshots/oom_fragmented.pickle", "--max-memory", "0"]), @r"
+    success: false
+    exit_code: 2
+    ----- stdout -----
+
+    ----- stderr -----
+    error: snapshots/oom_fragmented.pickle: pickle exceeds the memory limit
+    hint: trace events are folded as they are read, so the memory goes to shared stack frames and segments; raise the budget with --max-memory <MiB>
+    ");
+}
+
+#[test]
 fn hostile_pickle_is_refused() {
     assert_cmd_snapshot!(doctor().arg("snapshots/hostile_reduce.pickle"), @r"
     success: false
