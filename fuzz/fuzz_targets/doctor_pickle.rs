@@ -1,4 +1,5 @@
-//! Any bytes through the pickle machine and the snapshot analysis, under small limits.
+//! Any bytes through the pickle machine and the snapshot analysis, under small limits: in one
+//! pass, and in the two passes (memo scan, then folding) files are read with. Both must agree.
 #![no_main]
 
 use std::time::Duration;
@@ -13,7 +14,13 @@ fuzz_target!(|data: &[u8]| {
         max_marks: 1000,
         max_time: Duration::from_secs(2),
     };
-    if let Ok(report) = vramfit_doctor::snapshot::read_snapshot(data, &limits, 10) {
+    let one_pass = vramfit_doctor::snapshot::read_snapshot(data, &limits, 10);
+    let two_passes =
+        vramfit_doctor::snapshot::read_snapshot_seekable(std::io::Cursor::new(data), &limits, 10);
+    if let (Ok(a), Ok(b)) = (&one_pass, &two_passes) {
+        assert_eq!(serde_json::to_string(a).ok(), serde_json::to_string(b).ok());
+    }
+    if let Ok(report) = one_pass {
         let _ = vramfit_doctor::snapshot::write_svg(&mut std::io::sink(), &report);
     }
 });
