@@ -77,7 +77,7 @@ pub struct Components {
 }
 
 impl Components {
-    fn from_array(a: ByComponent) -> Components {
+    pub(crate) fn from_array(a: ByComponent) -> Components {
         let get = |c: Component| Bytes(a[c as usize]);
         Components {
             parameters: get(Component::Parameters),
@@ -241,10 +241,33 @@ pub fn estimate_with_autocast_rules(
     cuda_autocast: bool,
 ) -> Result<Estimate, EstimateError> {
     check_setup(setup)?;
-    let (graph, sizes) = simulate(spec, setup, cuda_autocast)?;
+    let (graph, sizes) = simulate(spec, setup, cuda_autocast, None)?;
+    summarize(spec, setup, &graph, &sizes)
+}
+
+/// As [`estimate`], also recording the step's allocated memory over its events, in at most
+/// `max_points` points (for a chart). Recording costs a few percent; the estimate is the same.
+pub fn estimate_timeline(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    max_points: usize,
+) -> Result<(Estimate, crate::timeline::StepTimeline), EstimateError> {
+    check_setup(setup)?;
+    let cuda_autocast = setup.target == crate::setup::Target::Cuda;
+    let (mut graph, sizes) = simulate(spec, setup, cuda_autocast, Some(max_points))?;
+    let timeline = graph.tl.take_record().unwrap_or_default();
+    Ok((summarize(spec, setup, &graph, &sizes)?, timeline))
+}
+
+fn summarize(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    graph: &crate::graph::Graph,
+    sizes: &[u64],
+) -> Result<Estimate, EstimateError> {
     let (peak, phase, at_peak) = graph.tl.peak();
     let pp = graph.tl.phase_peaks();
-    let states = states_for_sizes(&sizes, &graph, setup)?;
+    let states = states_for_sizes(sizes, graph, setup)?;
     Ok(Estimate {
         peak_allocated: Bytes(peak),
         peak_phase: phase,

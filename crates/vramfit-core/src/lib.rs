@@ -26,13 +26,13 @@ mod timeline;
 
 pub use count::parse_count;
 pub use estimate::{
-    Components, Estimate, EstimateError, ModelStates, PhasePeaks, estimate, max_micro_batch,
-    model_states_for_params,
+    Components, Estimate, EstimateError, ModelStates, PhasePeaks, estimate, estimate_timeline,
+    max_micro_batch, model_states_for_params,
 };
 pub use gpu::{Gpu, GpuCatalogError};
 pub use model::{Architecture, ConfigError, ModelSpec};
 pub use setup::{
     Attention, Checkpointing, Optimizer, OptimizerImpl, Precision, Target, TrainSetup, UnknownName,
 };
-pub use timeline::{Component, Phase};
+pub use timeline::{Component, Phase, StepTimeline, TimelinePoint};
 pub use units::{Bytes, DType, Overflow};

@@ -114,6 +114,97 @@ struct Slot {
 /// Bytes by component.
 pub(crate) type ByComponent = [u64; 7];
 
+/// One point of a recorded timeline: the most memory held within a stretch of events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TimelinePoint {
+    /// The allocation or free (counted from the start of the step) where it was held.
+    pub event: u64,
+    /// The phase at that moment.
+    pub phase: Phase,
+    /// Bytes allocated then.
+    pub allocated: crate::units::Bytes,
+    /// The same bytes by component.
+    pub components: crate::estimate::Components,
+}
+
+/// The allocated memory of one simulated step, event by event, at most `2 * max_points`
+/// points while recording and `max_points` when finished. Each point is the highest moment
+/// of its stretch, so the step's peak is always one of them.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StepTimeline {
+    /// Allocations and frees in the step.
+    pub events: u64,
+    /// The points, in event order.
+    pub points: Vec<TimelinePoint>,
+    /// Where each phase starts (event index), in order; phases repeat per micro-batch.
+    pub phases: Vec<(u64, Phase)>,
+    /// Micro-batches simulated (gradient accumulation repeats the second one exactly).
+    pub micro_batches: u64,
+    #[serde(skip)]
+    max_points: usize,
+    #[serde(skip)]
+    width: u64,
+    #[serde(skip)]
+    in_last: u64,
+}
+
+impl StepTimeline {
+    fn new(max_points: usize) -> StepTimeline {
+        StepTimeline { max_points: max_points.max(2), width: 1, ..StepTimeline::default() }
+    }
+
+    fn note(&mut self, total: u64, phase: Phase, live: &ByComponent) {
+        let point = TimelinePoint {
+            event: self.events,
+            phase,
+            allocated: crate::units::Bytes(total),
+            components: crate::estimate::Components::from_array(*live),
+        };
+        self.events += 1;
+        match self.points.last_mut() {
+            Some(last) if self.in_last < self.width => {
+                if point.allocated > last.allocated {
+                    *last = point;
+                }
+                self.in_last += 1;
+            }
+            _ => {
+                self.points.push(point);
+                self.in_last = 1;
+            }
+        }
+        if self.points.len() > 2 * self.max_points {
+            // All points but the last hold `width` events and their count is odd: pair them.
+            self.halve();
+            self.width *= 2;
+        }
+    }
+
+    fn halve(&mut self) {
+        self.points = self
+            .points
+            .chunks(2)
+            .filter_map(|pair| {
+                pair.iter().copied().max_by_key(|p| (p.allocated, u64::MAX - p.event))
+            })
+            .collect();
+    }
+
+    fn phase(&mut self, phase: Phase) {
+        if self.phases.last().is_none_or(|(_, p)| *p != phase) {
+            self.phases.push((self.events, phase));
+        }
+    }
+
+    /// Ends recording: at most `max_points` points.
+    pub(crate) fn finish(mut self) -> StepTimeline {
+        while self.points.len() > self.max_points {
+            self.halve();
+        }
+        self
+    }
+}
+
 /// The stream's state and its high-water marks.
 #[derive(Debug, Clone)]
 pub(crate) struct Timeline {
@@ -126,6 +217,7 @@ pub(crate) struct Timeline {
     peak_live: ByComponent,
     phase_peaks: [u64; 4],
     granularity: u64,
+    record: Option<Box<StepTimeline>>,
 }
 
 impl Timeline {
@@ -143,12 +235,36 @@ impl Timeline {
             peak_phase: Phase::Forward,
             peak_live: [0; 7],
             phase_peaks: [0; 4],
+            record: None,
         }
+    }
+
+    /// Records the stream into a [`StepTimeline`] of at most `max_points` points.
+    pub(crate) fn recording(mut self, max_points: usize, micro_batches: u64) -> Timeline {
+        let mut record = StepTimeline::new(max_points);
+        record.micro_batches = micro_batches;
+        record.phase(self.phase);
+        self.record = Some(Box::new(record));
+        self
+    }
+
+    /// The recorded timeline, if recording.
+    pub(crate) fn take_record(&mut self) -> Option<StepTimeline> {
+        self.record.take().map(|r| r.finish())
     }
 
     pub(crate) fn set_phase(&mut self, phase: Phase) {
         self.phase = phase;
+        if let Some(r) = &mut self.record {
+            r.phase(phase);
+        }
         self.note_peak();
+    }
+
+    fn note(&mut self) {
+        if let Some(r) = &mut self.record {
+            r.note(self.total, self.phase, &self.live);
+        }
     }
 
     fn note_peak(&mut self) {
@@ -170,6 +286,7 @@ impl Timeline {
         let id = Tid(u32::try_from(self.slots.len()).map_err(|_| Overflow)?);
         self.slots.push(Slot { bytes, component, refs: 1 });
         self.note_peak();
+        self.note();
         Ok(id)
     }
 
@@ -190,6 +307,7 @@ impl Timeline {
         if s.refs == 0 {
             self.total -= s.bytes;
             self.live[s.component.index()] -= s.bytes;
+            self.note();
         }
     }
 

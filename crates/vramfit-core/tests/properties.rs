@@ -94,3 +94,27 @@ proptest! {
         prop_assert!(e.model_states.get() <= e.peak_allocated.get() + e.model_states_detail.gradients.get());
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// The recorded timeline is the same step: its highest point is the estimate's peak, each
+    /// point's components add up to it, and events and phases run forward.
+    #[test]
+    fn the_timeline_is_the_estimated_step(m in 0usize..7, setup in setup_strategy(), points in 2usize..300) {
+        let s = spec(m);
+        let plain = estimate(&s, &setup).unwrap();
+        let (with_timeline, timeline) = vramfit_core::estimate_timeline(&s, &setup, points).unwrap();
+        prop_assert_eq!(&plain, &with_timeline);
+        prop_assert!(timeline.points.len() <= points);
+        let highest = timeline.points.iter().map(|p| p.allocated).max().unwrap();
+        prop_assert_eq!(highest, plain.peak_allocated);
+        for p in &timeline.points {
+            prop_assert_eq!(p.components.total(), p.allocated);
+            prop_assert!(p.event < timeline.events);
+        }
+        prop_assert!(timeline.points.windows(2).all(|w| w[0].event < w[1].event));
+        prop_assert!(timeline.phases.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 != w[1].1));
+        prop_assert_eq!(timeline.micro_batches, setup.grad_accum.min(2));
+    }
+}
