@@ -240,3 +240,43 @@ fn bad_input_is_one_error_line_a_hint_and_exit_2() {
     }
     insta::assert_snapshot!(transcript);
 }
+
+/// `--svg` draws the simulated step: the chart names the same peak and phase as the report,
+/// and its layout is a snapshot (it is deterministic).
+#[test]
+fn svg_chart_of_the_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("step.svg");
+    let args = ["--model", "gpt2", "--batch", "2", "--seq-len", "256", "--gpu", "rtx-4090"];
+    let output = vramfit().arg("estimate").args(args).arg("--svg").arg(&svg).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report = json(&args);
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    let phase = report["peak_phase"].as_str().unwrap().replace('_', " ");
+    let peak = format!("peak {} GiB ({phase})", gib(&report["peak_allocated_bytes"]));
+    assert!(chart.contains(&peak), "{peak} not in the chart");
+    assert!(chart.contains("NVIDIA GeForce RTX 4090 capacity"));
+    // The layout as a snapshot; the point lists (over 200 kB) are replaced by their length.
+    let layout: Vec<String> = chart.lines().map(elide_points).collect();
+    insta::assert_snapshot!(layout.join("\n"));
+}
+
+/// `points="x,y x,y ..."` → `points="[N points]"`.
+fn elide_points(line: &str) -> String {
+    let Some((head, rest)) = line.split_once(" points=\"") else { return line.to_owned() };
+    let (points, tail) = rest.split_once('"').unwrap();
+    format!("{head} points=\"[{} points]\"{tail}", points.split_whitespace().count())
+}
+
+#[test]
+fn svg_needs_a_model() {
+    assert_cmd_snapshot!(vramfit().args(["estimate", "--params", "1B", "--svg", "x.svg"]), @r"
+    success: false
+    exit_code: 2
+    ----- stdout -----
+
+    ----- stderr -----
+    error: --svg needs a model: a bare parameter count has no step to draw
+    hint: pass --model NAME, a config.json or ORG/NAME instead of --params
+    ");
+}

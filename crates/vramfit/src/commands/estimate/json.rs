@@ -10,7 +10,7 @@ use super::Report;
 pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
     let mut obj = Map::new();
     let (setup, verdict, warnings) = match report {
-        Report::Full { model, setup, estimate, verdict, warnings } => {
+        Report::Full { model, setup, estimate, verdict, warnings, .. } => {
             obj.insert("model".into(), json!(model));
             obj.insert("parameters".into(), json!(estimate.parameters));
             obj.insert("peak_allocated_bytes".into(), json!(estimate.peak_allocated.get()));

@@ -2,13 +2,16 @@
 
 mod json;
 mod setup_args;
+mod svg;
 mod text;
 
-use std::io::Write;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
 
 use serde::Serialize;
 use vramfit_core::gpu::GpuChoice;
-use vramfit_core::{Bytes, Estimate, ModelStates, TrainSetup};
+use vramfit_core::{Bytes, Estimate, ModelStates, StepTimeline, TrainSetup};
 
 use crate::{Failure, Outcome};
 pub use setup_args::{ModelSource, SetupArgs};
@@ -22,6 +25,11 @@ pub struct EstimateArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+
+    /// Also draw the step (allocated memory by component over its allocations and frees,
+    /// with its phases, peak and the GPU's capacity) to this SVG file.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
 
     /// List the built-in models and exit.
     #[arg(long, exclusive = true)]
@@ -74,6 +82,8 @@ pub enum Report {
         verdict: Option<Verdict>,
         /// Things the user should know.
         warnings: Vec<String>,
+        /// The step over its events, when a chart was asked for.
+        timeline: Option<StepTimeline>,
     },
     /// Only parameters, gradients and optimizer state (from `--params`).
     StatesOnly {
@@ -101,7 +111,10 @@ pub fn run(args: EstimateArgs) -> Result<Outcome, Failure> {
         text::list_gpus(&mut out)?;
         return Ok(Outcome::Success);
     }
-    let report = compute(&args.setup)?;
+    let report = compute(&args.setup, args.svg.is_some())?;
+    if let Some(path) = &args.svg {
+        write_chart(path, &report)?;
+    }
     match args.format {
         Format::Text => text::render(&mut out, &report)?,
         Format::Json => json::render(&mut out, &report)?,
@@ -115,8 +128,28 @@ pub fn run(args: EstimateArgs) -> Result<Outcome, Failure> {
     Ok(if fits { Outcome::Success } else { Outcome::Negative })
 }
 
-/// Resolves the arguments and runs the estimator.
-pub fn compute(args: &SetupArgs) -> Result<Report, Failure> {
+/// Writes `--svg`: only a simulated step has a timeline to draw.
+fn write_chart(path: &PathBuf, report: &Report) -> Result<(), Failure> {
+    let Report::Full { model, setup, estimate, verdict, timeline: Some(timeline), .. } = report
+    else {
+        return Err(Failure::with_hint(
+            "--svg needs a model: a bare parameter count has no step to draw",
+            "pass --model NAME, a config.json or ORG/NAME instead of --params",
+        ));
+    };
+    let title = format!("{model} · {}", text::setup_line(setup));
+    let capacity = verdict.as_ref().map(|v| (v.gpu.as_str(), Bytes(v.capacity_bytes)));
+    let chart = svg::Chart { title: &title, estimate, timeline, capacity };
+    let file = File::create(path)
+        .map_err(|e| Failure::new(format!("cannot write {}: {e}", path.display())))?;
+    let mut out = BufWriter::new(file);
+    svg::write(&mut out, &chart)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Resolves the arguments and runs the estimator; `chart` also records the step's timeline.
+pub fn compute(args: &SetupArgs, chart: bool) -> Result<Report, Failure> {
     let setup = args.train_setup()?;
     let gpu = args.gpu()?;
     let context = args.cuda_context()?;
@@ -139,8 +172,13 @@ pub fn compute(args: &SetupArgs) -> Result<Report, Failure> {
             Ok(Report::StatesOnly { parameters, setup, states, verdict, warnings })
         }
         ModelSource::Spec { label, spec } => {
-            let estimate = vramfit_core::estimate(&spec, &setup)
-                .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
+            let (estimate, timeline) = if chart {
+                vramfit_core::estimate_timeline(&spec, &setup, svg::POINTS)
+                    .map(|(e, t)| (e, Some(t)))
+            } else {
+                vramfit_core::estimate(&spec, &setup).map(|e| (e, None))
+            }
+            .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
             warnings.extend(estimate.warnings.iter().cloned());
             let verdict = match gpu {
                 Some(g) => {
@@ -157,6 +195,7 @@ pub fn compute(args: &SetupArgs) -> Result<Report, Failure> {
                 estimate: Box::new(estimate),
                 verdict,
                 warnings,
+                timeline,
             })
         }
     }

@@ -26,7 +26,7 @@ fn per_param(bytes: Bytes, params: u64) -> String {
     }
 }
 
-fn setup_line(setup: &TrainSetup) -> String {
+pub(super) fn setup_line(setup: &TrainSetup) -> String {
     let state = setup.optimizer_state_dtype.map(|d| format!(" ({d} states)")).unwrap_or_default();
     let accum = if setup.grad_accum > 1 {
         format!(" · grad-accum {}", setup.grad_accum)
@@ -115,7 +115,7 @@ fn verdict(out: &mut dyn Write, v: &Verdict, setup: &TrainSetup, states: Bytes) 
 /// Renders a report.
 pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
     match report {
-        Report::Full { model, setup, estimate, verdict: v, warnings } => {
+        Report::Full { model, setup, estimate, verdict: v, warnings, .. } => {
             writeln!(out, "{model} · {} parameters", count(estimate.parameters))?;
             writeln!(out, "{}", setup_line(setup))?;
             writeln!(out)?;
