@@ -104,6 +104,33 @@ def small_expandable_snapshot():
     }
 
 
+def two_devices_snapshot():
+    """Segments of device 0 and 1, and a trace per device; device 1 has the longer trace and
+    runs out of memory."""
+    base = 0x7D0000000000
+    seg0 = segment(base, [block(base, 30 * MIB, "active_allocated", STACK_ATTN)])
+    seg1 = segment(base + 64 * MIB, [block(base + 64 * MIB, 50 * MIB, "active_allocated", STACK_MLP),
+                                     block(base + 114 * MIB, 14 * MIB, "inactive", [])])
+    seg1["device"] = 1
+    trace0 = [{"action": "segment_alloc", "addr": base, "size": 30 * MIB, "stream": 0, "time_us": 5},
+              {"action": "alloc", "addr": base, "size": 30 * MIB, "stream": 0, "time_us": 6, "frames": STACK_ATTN}]
+    trace1 = [{"action": "segment_alloc", "addr": base + 64 * MIB, "size": 64 * MIB, "stream": 0, "time_us": 10}]
+    for i in range(5):
+        trace1.append({"action": "alloc", "addr": base + 64 * MIB, "size": 10 * MIB, "stream": 0,
+                       "time_us": 20 + i, "frames": STACK_MLP})
+    trace1.append({"action": "oom", "addr": 0, "device_free": 2 * MIB, "size": 96 * MIB, "stream": 0,
+                   "time_us": 40, "frames": STACK_LOSS})
+    return {"segments": [seg0, seg1], "device_traces": [trace0, trace1],
+            "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:128"}}
+
+
+def legacy_segment_list():
+    """`torch.cuda.memory_snapshot()` of PyTorch 1.x: the bare list of segments."""
+    base = 0x7C0000000000
+    return [segment(base, [block(base, 12 * MIB, "active_allocated", STACK_OPT), block(base + 12 * MIB, 8 * MIB, "inactive", [])]),
+            segment(base + 20 * MIB, [block(base + 20 * MIB, 2 * MIB, "inactive", [])])]
+
+
 class Hostile:
     """Pickles to a call of os.system: the reader must refuse it without running it."""
 
@@ -217,6 +244,10 @@ def main():
         pickle.dump(small_expandable_snapshot(), f, protocol=2)
     with open(os.path.join(OUT, "expandable_protocol5.pickle"), "wb") as f:
         pickle.dump(small_expandable_snapshot(), f, protocol=5)
+    with open(os.path.join(OUT, "two_devices.pickle"), "wb") as f:
+        pickle.dump(two_devices_snapshot(), f, protocol=4)
+    with open(os.path.join(OUT, "legacy_segment_list.pickle"), "wb") as f:
+        pickle.dump(legacy_segment_list(), f, protocol=3)
     with open(os.path.join(OUT, "hostile_reduce.pickle"), "wb") as f:
         pickle.dump({"segments": [Hostile()]}, f, protocol=4)
     with open(os.path.join(OUT, "hostile_global_protocol0.pickle"), "wb") as f:

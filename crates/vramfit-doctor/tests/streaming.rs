@@ -19,9 +19,13 @@ fn json(report: &impl serde::Serialize) -> String {
 
 #[test]
 fn streaming_agrees_with_reading_whole() {
-    for name in
-        ["oom_fragmented.pickle", "expandable_protocol2.pickle", "expandable_protocol5.pickle"]
-    {
+    for name in [
+        "oom_fragmented.pickle",
+        "expandable_protocol2.pickle",
+        "expandable_protocol5.pickle",
+        "two_devices.pickle",
+        "legacy_segment_list.pickle",
+    ] {
         let bytes = fixture(name);
         let limits = Limits::default();
         let whole = analyse(&read_pickle(&bytes[..], &limits).unwrap(), 10).unwrap();
@@ -30,6 +34,29 @@ fn streaming_agrees_with_reading_whole() {
         assert_eq!(json(&whole), json(&one_pass), "{name}");
         assert_eq!(json(&whole), json(&two_passes), "{name}");
     }
+}
+
+#[test]
+fn the_longest_trace_is_replayed_and_its_device_named() {
+    let bytes = fixture("two_devices.pickle");
+    let report = read_snapshot_seekable(Cursor::new(&bytes), &Limits::default(), 10).unwrap();
+    assert_eq!(report.segments, 2);
+    // Device 1's trace: one segment, five allocations and the OOM.
+    assert_eq!(report.trace_events, 7);
+    let failed = report.failed_allocation.unwrap();
+    assert_eq!((failed.device, failed.size.get()), (1, 96 << 20));
+    assert_eq!(failed.frame.as_deref(), Some("/home/user/train.py:57 in compute_loss"));
+    assert_eq!(report.allocator_settings.as_deref(), Some("max_split_size_mb:128"));
+}
+
+#[test]
+fn a_bare_segment_list_is_a_snapshot_too() {
+    let bytes = fixture("legacy_segment_list.pickle");
+    let report = read_snapshot_seekable(Cursor::new(&bytes), &Limits::default(), 10).unwrap();
+    assert_eq!((report.segments, report.allocated.get()), (2, 12 << 20));
+    assert_eq!(report.free_in_used_segments.get(), 8 << 20);
+    assert_eq!(report.free_in_empty_segments.get(), 2 << 20);
+    assert!(report.timeline.is_empty() && report.failed_allocation.is_none());
 }
 
 /// Writes protocol-4 opcodes the way Python's pickler does: every container memoised as it
