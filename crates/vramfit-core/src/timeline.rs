@@ -218,6 +218,19 @@ pub(crate) struct Timeline {
     phase_peaks: [u64; 4],
     granularity: u64,
     record: Option<Box<StepTimeline>>,
+    #[cfg(test)]
+    pub(crate) debug: LiveAt,
+}
+
+/// Test-only: the live storages the first time the total reaches `target` (a known peak), with
+/// the phase each was allocated in, to compare with the oracle's trace.
+#[cfg(test)]
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LiveAt {
+    pub(crate) target: Option<u64>,
+    pub(crate) born: Vec<Phase>,
+    /// `(tid, bytes, component, phase allocated in)`.
+    pub(crate) live: Option<Vec<(usize, u64, Component, Phase)>>,
 }
 
 impl Timeline {
@@ -236,6 +249,8 @@ impl Timeline {
             peak_live: [0; 7],
             phase_peaks: [0; 4],
             record: None,
+            #[cfg(test)]
+            debug: LiveAt::default(),
         }
     }
 
@@ -275,6 +290,19 @@ impl Timeline {
             self.peak_phase = self.phase;
             self.peak_live = self.live;
         }
+        #[cfg(test)]
+        if self.debug.target == Some(self.total) && self.debug.live.is_none() {
+            let live = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.refs > 0)
+                .map(|(i, s)| {
+                    (i, s.bytes, s.component, self.debug.born.get(i).copied().unwrap_or(self.phase))
+                })
+                .collect();
+            self.debug.live = Some(live);
+        }
     }
 
     /// Allocates a storage with one reference.
@@ -285,6 +313,8 @@ impl Timeline {
         self.live[component.index()] += bytes;
         let id = Tid(u32::try_from(self.slots.len()).map_err(|_| Overflow)?);
         self.slots.push(Slot { bytes, component, refs: 1 });
+        #[cfg(test)]
+        self.debug.born.push(self.phase);
         self.note_peak();
         self.note();
         Ok(id)

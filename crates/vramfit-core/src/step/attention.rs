@@ -150,6 +150,17 @@ pub(super) fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R
             }
             let (pc, pcp) = to(g, pd, mm_dt)?;
             let (vc, vcp) = to(g, v, if math && cx.cpu { DType::F32 } else { mm_dt })?;
+            // `matmul(attn, v)` folds v to `[B·H, S, D]` with `reshape`: v is a transposed view
+            // (of the projection's `[B, S, H, D]` output, or of the fused qkv buffer), so that is
+            // a copy, and the copy is what the bmm saves. The math kernel's v (scaled q and k are
+            // already new tensors here) would otherwise keep the whole fused buffer alive.
+            let (vc, vcp) = if math && !vcp && !v_rep {
+                let c = new(g, vc.dt, vc.numel)?;
+                g.record(&[c.id], &[], vec![Grad::Pass(vc.id)]);
+                (c, true)
+            } else {
+                (vc, vcp)
+            };
             let (pc2, pcp2) = if math && cx.cpu { to(g, pc, DType::F32)? } else { (pc, false) };
             let o = new(g, if math && cx.cpu { DType::F32 } else { mm_dt }, q_numel)?;
             g.record(

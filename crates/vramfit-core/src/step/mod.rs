@@ -422,6 +422,10 @@ fn simulate_micro_batches(
     // CUDA's allocator rounds every block to 512 bytes; the CPU oracle counts requested bytes.
     let granularity = if cx.cpu { 1 } else { 512 };
     let mut timeline = crate::timeline::Timeline::new(granularity);
+    #[cfg(test)]
+    {
+        timeline.debug.target = DEBUG_TARGET.with(std::cell::Cell::get);
+    }
     if let Some(max_points) = record {
         timeline = timeline.recording(max_points, micro_batches);
     }
@@ -492,4 +496,101 @@ mod tests {
             prop_assert_eq!(two, peaks(4));
         }
     }
+
+    /// Debugging aid, not a check: the storages alive at the simulated peak of one oracle case
+    /// (`VRAMFIT_CASE=<id>`), grouped by component, phase and size, for a side-by-side look
+    /// with `validation/trace_case.py`. Run with
+    /// `VRAMFIT_CASE=... cargo test -p vramfit-core live_at_peak -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "prints a case's live set at the peak; needs VRAMFIT_CASE"]
+    fn live_at_peak() {
+        use std::collections::BTreeMap;
+
+        use serde_json::Value;
+
+        use crate::setup::{Attention, OptimizerImpl};
+
+        let Ok(id) = std::env::var("VRAMFIT_CASE") else { return };
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/results.jsonl");
+        let text = std::fs::read_to_string(path).unwrap();
+        let case: Value = text
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|c| c["id"] == id.as_str())
+            .unwrap();
+        let model = case["model"].as_str().unwrap();
+        let mut config: Value = serde_json::from_str(catalog::config_json(model).unwrap()).unwrap();
+        if let (Some(o), Some(map)) = (case["config_overrides"].as_object(), config.as_object_mut())
+        {
+            for (k, v) in o {
+                map.insert(k.clone(), v.clone());
+            }
+        }
+        let spec = ModelSpec::from_hf_config(&config.to_string()).unwrap();
+        let text_of = |k: &str| case[k].as_str().unwrap().to_string();
+        let setup = TrainSetup {
+            micro_batch: case["batch"].as_u64().unwrap(),
+            seq_len: case["seq_len"].as_u64().unwrap(),
+            precision: text_of("precision").parse::<Precision>().unwrap(),
+            optimizer: text_of("optimizer").parse::<Optimizer>().unwrap(),
+            attention: text_of("attention").parse::<Attention>().unwrap(),
+            checkpointing: text_of("checkpointing").parse::<Checkpointing>().unwrap(),
+            grad_accum: case["grad_accum"].as_u64().unwrap_or(1),
+            target: Target::CpuOracle,
+            optimizer_impl: if text_of("notes").contains("foreach=false") {
+                OptimizerImpl::ForLoop
+            } else {
+                OptimizerImpl::Foreach
+            },
+            ..TrainSetup::default()
+        };
+        let runs = setup.grad_accum.min(2);
+        let (g, _) = simulate_micro_batches(&spec, &setup, false, None, runs).unwrap();
+        let (peak, phase, _) = g.tl.peak();
+        // Rerun, capturing the live set when the total first reaches the peak.
+        let (g2, _) = simulate_micro_batches_debug(&spec, &setup, runs, peak);
+        let live = g2.tl.debug.live.clone().unwrap();
+        println!(
+            "== {id}: predicted peak {peak} B in {}, oracle {} B, {} storages",
+            phase.name(),
+            case["peak_bytes"],
+            live.len()
+        );
+        let mut groups: BTreeMap<(&str, &str, u64), (u64, u64)> = BTreeMap::new();
+        let mut by_component: BTreeMap<&str, u64> = BTreeMap::new();
+        for &(_, bytes, c, born) in &live {
+            let e = groups.entry((c.name(), born.name(), bytes)).or_default();
+            e.0 += bytes;
+            e.1 += 1;
+            *by_component.entry(c.name()).or_default() += bytes;
+        }
+        println!("   by component: {by_component:?}");
+        let mut v: Vec<_> = groups.into_iter().collect();
+        v.sort_by_key(|(_, (total, _))| std::cmp::Reverse(*total));
+        for ((c, born, bytes), (total, count)) in v.iter().take(60) {
+            println!("   {total:>16}  x{count:<4} {c:<16} {born:<15} {bytes}");
+        }
+        println!("   last 40 live storages (newest last):");
+        for (i, bytes, c, born) in live.iter().rev().take(40).rev() {
+            println!("     #{i:<7} {bytes:>14} {:<16} {}", c.name(), born.name());
+        }
+    }
+
+    fn simulate_micro_batches_debug(
+        spec: &ModelSpec,
+        setup: &TrainSetup,
+        runs: u64,
+        target: u64,
+    ) -> (crate::graph::Graph, Vec<u64>) {
+        super::DEBUG_TARGET.with(|t| t.set(Some(target)));
+        let out = simulate_micro_batches(spec, setup, false, None, runs).unwrap();
+        super::DEBUG_TARGET.with(|t| t.set(None));
+        out
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test-only: the total at which a debugging run captures the live set.
+    static DEBUG_TARGET: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
 }
