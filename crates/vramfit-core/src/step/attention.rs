@@ -85,16 +85,38 @@ pub(super) fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R
             let work_dt = if math && cx.cpu { DType::F32 } else { mm_dt };
             let (qc, qcp) = to(g, q, work_dt)?;
             let (kc, kcp) = to(g, k, work_dt)?;
-            let qs = if math { unary(g, qc, work_dt, false, false)? } else { qc };
-            let ks = if math { unary(g, kc, work_dt, false, false)? } else { kc };
+            // `matmul` folds `[B, H, S, D]` operands to `[B·H, S, D]` with `reshape`, a copy
+            // when the operand is a transposed view of the projection's `[B, S, H, D]` output (or
+            // of the fused qkv buffer): the bmm then saves the copy, not the projection output.
+            // Only NeoX's partial-rotary `cat` and `repeat_kv` produce `[B, H, S, D]`-contiguous
+            // tensors; an element-wise rotary keeps its input's layout. (The math kernel's scaled
+            // q and k are new tensors already.)
+            let q_view = !partial_rotary(s);
+            let k_view = !partial_rotary(s) && !k_rep;
+            let qs = if math {
+                unary(g, qc, work_dt, false, false)?
+            } else if q_view {
+                contiguous(g, qc)?
+            } else {
+                qc
+            };
+            let ks = if math {
+                unary(g, kc, work_dt, false, false)?
+            } else if k_view {
+                contiguous(g, kc)?
+            } else {
+                kc
+            };
             let sc = new(g, work_dt, scores)?;
             g.record(
                 &[sc.id],
                 &[qs.id, ks.id],
                 vec![Grad::New(qs.id, qs.bytes()), Grad::New(ks.id, ks.bytes())],
             );
-            if math {
+            if qs.id != qc.id {
                 g.drop(qs.id);
+            }
+            if ks.id != kc.id {
                 g.drop(ks.id);
             }
             for (t, c) in [(qc, qcp), (kc, kcp)] {
@@ -150,16 +172,17 @@ pub(super) fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R
             }
             let (pc, pcp) = to(g, pd, mm_dt)?;
             let (vc, vcp) = to(g, v, if math && cx.cpu { DType::F32 } else { mm_dt })?;
-            // `matmul(attn, v)` folds v to `[B·H, S, D]` with `reshape`: v is a transposed view
-            // (of the projection's `[B, S, H, D]` output, or of the fused qkv buffer), so that is
-            // a copy, and the copy is what the bmm saves. The math kernel's v (scaled q and k are
-            // already new tensors here) would otherwise keep the whole fused buffer alive.
-            let (vc, vcp) = if math && !vcp && !v_rep {
-                let c = new(g, vc.dt, vc.numel)?;
-                g.record(&[c.id], &[], vec![Grad::Pass(vc.id)]);
-                (c, true)
-            } else {
+            // Likewise v in `matmul(attn, v)`, unless `repeat_kv` copied it (a dtype cast keeps
+            // the layout): with a fused qkv projection, saving v itself would keep the whole
+            // buffer alive.
+            let (vc, vcp) = if v_rep {
                 (vc, vcp)
+            } else {
+                let c = contiguous(g, vc)?;
+                if vcp {
+                    g.drop(vc.id);
+                }
+                (c, true)
             };
             let (pc2, pcp2) = if math && cx.cpu { to(g, pc, DType::F32)? } else { (pc, false) };
             let o = new(g, if math && cx.cpu { DType::F32 } else { mm_dt }, q_numel)?;
@@ -194,6 +217,14 @@ pub(super) fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R
         g.drop(v.id);
     }
     Ok(out)
+}
+
+/// `.contiguous()` / `reshape` of a non-contiguous view: a copy whose backward passes the
+/// gradient through.
+fn contiguous(g: &mut Graph, x: T) -> R<T> {
+    let c = new(g, x.dt, x.numel)?;
+    g.record(&[c.id], &[], vec![Grad::Pass(x.id)]);
+    Ok(c)
 }
 
 pub(super) fn partial_rotary(s: &ModelSpec) -> bool {
