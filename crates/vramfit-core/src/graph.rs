@@ -19,16 +19,19 @@ pub(crate) enum Grad {
     New(Tid, u64),
     /// The incoming gradient itself (add, views, dtype-preserving pass-through).
     Pass(Tid),
-    /// The gradient of a parameter: `bytes` in the compute dtype, then cast to the parameter's
-    /// dtype by autocast's copy node if `cast` is set.
+    /// The gradient of a parameter the op used as it is (norms, the embedding lookup).
     Param(ParamId, u64),
+    /// The gradient of a parameter a matmul used through autocast's cached low-precision copy:
+    /// `bytes` in the compute dtype, then cast to the parameter's dtype by the copy's node
+    /// (when the parameter has such a copy).
+    ParamCast(ParamId, u64),
 }
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Node {
     /// An op: its output, what it saved and how it makes its inputs' gradients (ranges into
     /// the graph's pools, so recording allocates nothing per node).
-    Op { output: Tid, saved: (u32, u32), grads: (u32, u32), transient: u64 },
+    Op { output: Tid, saved: (u32, u32), grads: (u32, u32) },
     /// A checkpointed segment: only its input is kept; backward replays it.
     Checkpoint { input: Tid, output: Tid, segment: usize },
 }
@@ -46,6 +49,11 @@ pub(crate) struct ParamState {
     pub(crate) grad: Option<Tid>,
     /// `(rows, cols)` of a 2-D parameter; `None` for vectors.
     pub(crate) matrix: Option<(u64, u64)>,
+    /// Used twice per forward (tied input and output embeddings): backward sums the two
+    /// contributions in autograd's input buffer before `AccumulateGrad` sees them.
+    pub(crate) shared: bool,
+    /// The first contribution of a shared parameter, waiting in the input buffer.
+    pub(crate) pending: Option<Tid>,
 }
 
 pub(crate) struct Graph {
@@ -54,7 +62,7 @@ pub(crate) struct Graph {
     saved_pool: Vec<Tid>,
     grad_pool: Vec<Grad>,
     scratch: Vec<(Tid, Tid)>,
-    param_scratch: Vec<(ParamId, Tid)>,
+    param_scratch: Vec<(ParamId, Tid, bool)>,
     grad_of: Vec<Option<Tid>>,
     pub(crate) params: Vec<ParamState>,
     /// While false (inside a checkpointed segment's first forward), nothing is saved.
@@ -77,8 +85,23 @@ impl Graph {
     }
 
     pub(crate) fn add_param(&mut self, bytes: u64, cast_bytes: u64) -> ParamId {
-        self.params.push(ParamState { bytes, cast_bytes, cast: None, grad: None, matrix: None });
+        self.params.push(ParamState {
+            bytes,
+            cast_bytes,
+            cast: None,
+            grad: None,
+            matrix: None,
+            shared: false,
+            pending: None,
+        });
         ParamId(self.params.len() - 1)
+    }
+
+    /// Marks a parameter used twice per forward (tied embeddings).
+    pub(crate) fn set_shared(&mut self, p: ParamId) {
+        if let Some(s) = self.params.get_mut(p.0) {
+            s.shared = true;
+        }
     }
 
     pub(crate) fn set_matrix(&mut self, p: ParamId, rows: u64, cols: u64) {
@@ -125,17 +148,6 @@ impl Graph {
 
     /// Records an op. Saved tensors gain a reference (and count as activations).
     pub(crate) fn record(&mut self, outputs: &[Tid], saved: &[Tid], grads: Vec<Grad>) {
-        self.record_with_transient(outputs, saved, grads, 0);
-    }
-
-    /// As [`Graph::record`], with a scratch buffer the backward needs besides its outputs.
-    pub(crate) fn record_with_transient(
-        &mut self,
-        outputs: &[Tid],
-        saved: &[Tid],
-        grads: Vec<Grad>,
-        transient: u64,
-    ) {
         let Some(&output) = outputs.first() else { return };
         let saved_start = self.saved_pool.len() as u32;
         if self.saving {
@@ -155,7 +167,6 @@ impl Graph {
             output,
             saved: (saved_start, saved_len),
             grads: (grads_start, grads_len),
-            transient,
         });
     }
 
@@ -223,17 +234,38 @@ impl Graph {
         self.deposit(t, g);
     }
 
-    fn accumulate_param(&mut self, p: ParamId, g: Tid) -> Result<(), Overflow> {
+    fn accumulate_param(&mut self, p: ParamId, g: Tid, via_cast: bool) -> Result<(), Overflow> {
         let Some(state) = self.params.get(p.0) else {
             self.tl.release(g);
             return Ok(());
         };
         let (bytes, cast) = (state.bytes, state.cast_bytes);
         // Autocast's copy node turns the low-precision gradient into the parameter's dtype.
-        let g = if cast > 0 {
+        let g = if via_cast && cast > 0 {
             let full = self.tl.alloc(Component::Temporaries, bytes)?;
             self.tl.release(g);
             full
+        } else {
+            g
+        };
+        // A shared parameter's two contributions meet in autograd's input buffer, which adds
+        // them out of place (`add`, checked on real CPU tensors: the transposed `mm` gradient
+        // of the output projection cannot be added into): three buffers at once, then the sum.
+        let g = if self.params.get(p.0).is_some_and(|s| s.shared) {
+            match self.params.get_mut(p.0).and_then(|s| s.pending.take()) {
+                None => {
+                    if let Some(s) = self.params.get_mut(p.0) {
+                        s.pending = Some(g);
+                    }
+                    return Ok(());
+                }
+                Some(first) => {
+                    let sum = self.tl.alloc(Component::Temporaries, bytes)?;
+                    self.tl.release(first);
+                    self.tl.release(g);
+                    sum
+                }
+            }
         } else {
             g
         };
@@ -260,7 +292,7 @@ impl Graph {
         while self.nodes.len() > from {
             let Some(node) = self.nodes.last().copied() else { break };
             match node {
-                Node::Op { output, saved, grads, transient } => {
+                Node::Op { output, saved, grads } => {
                     let incoming = self.take_grad(output);
                     let Some(first) = incoming else {
                         // Nothing flowed back here: release what was saved.
@@ -270,11 +302,6 @@ impl Graph {
                         }
                         self.pop_node();
                         continue;
-                    };
-                    let scratch = if transient > 0 {
-                        Some(self.tl.alloc(Component::Temporaries, transient)?)
-                    } else {
-                        None
                     };
                     self.scratch.clear();
                     self.param_scratch.clear();
@@ -290,12 +317,13 @@ impl Graph {
                             }
                             Grad::Param(p, bytes) => {
                                 let t = self.tl.alloc(Component::Temporaries, bytes)?;
-                                self.param_scratch.push((p, t));
+                                self.param_scratch.push((p, t, false));
+                            }
+                            Grad::ParamCast(p, bytes) => {
+                                let t = self.tl.alloc(Component::Temporaries, bytes)?;
+                                self.param_scratch.push((p, t, true));
                             }
                         }
-                    }
-                    if let Some(s) = scratch {
-                        self.tl.release(s);
                     }
                     for k in saved.0..saved.0 + saved.1 {
                         let s = self.saved_pool[k as usize];
@@ -308,8 +336,8 @@ impl Graph {
                         self.deposit(input, t);
                     }
                     for k in 0..self.param_scratch.len() {
-                        let (p, t) = self.param_scratch[k];
-                        self.accumulate_param(p, t)?;
+                        let (p, t, via_cast) = self.param_scratch[k];
+                        self.accumulate_param(p, t, via_cast)?;
                     }
                 }
                 Node::Checkpoint { input, output, segment } => {

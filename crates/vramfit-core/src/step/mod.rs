@@ -211,7 +211,12 @@ pub(crate) fn build_model(g: &mut Graph, cx: &Ctx<'_>) -> R<Model> {
             (Vec::new(), v)
         }
     };
-    let head = if s.tied_embeddings { embed } else { matrix(g, s.vocab_size, h, &mut param)? };
+    let head = if s.tied_embeddings {
+        g.set_shared(embed);
+        embed
+    } else {
+        matrix(g, s.vocab_size, h, &mut param)?
+    };
     let head_bias =
         if s.head == Head::MaskedLm { Some(param(g, s.vocab_size, true)?) } else { None };
     // Buffers: rotary inverse frequencies (two copies), BERT's position and token-type ids.
@@ -243,13 +248,10 @@ fn embed(g: &mut Graph, cx: &Ctx<'_>, m: &Model) -> R<T> {
     let h = s.hidden_size;
     let e = mul(n, h)?;
     let grad_of = |g: &Graph, p: ParamId| Grad::Param(p, g.params.get(p.0).map_or(0, |x| x.bytes));
-    // The dense weight gradient of `embedding`: on the CPU oracle the backward is traced
-    // through its decomposition (`new_zeros` + out-of-place `index_put`), so two table-sized
-    // buffers exist at once; CUDA's kernel writes one.
-    let table =
-        |g: &Graph, p: ParamId| if cx.cpu { g.params.get(p.0).map_or(0, |x| x.bytes) } else { 0 };
+    // The dense weight gradient of `embedding` is one table-sized buffer (`zeros` filled by
+    // `index_add`); with tied embeddings it then meets the output projection's gradient.
     let mut x = new(g, cx.p, e)?;
-    g.record_with_transient(&[x.id], &[], vec![grad_of(g, m.embed)], table(g, m.embed));
+    g.record(&[x.id], &[], vec![grad_of(g, m.embed)]);
     if s.scaled_embeddings {
         let y = unary(g, x, x.dt, false, false)?;
         g.drop(x.id);

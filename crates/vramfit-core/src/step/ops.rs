@@ -45,9 +45,10 @@ pub(super) fn linear(
     // The weight's gradient has the whole parameter's shape (for MoE experts, all of them).
     let w_numel =
         g.params.get(w.0).map_or(mul(in_features, out_features)?, |p| p.bytes / cx.p.size());
-    let mut grads = vec![Grad::New(xc.id, xc.bytes()), Grad::Param(w, mul(w_numel, odt.size())?)];
+    let mut grads =
+        vec![Grad::New(xc.id, xc.bytes()), Grad::ParamCast(w, mul(w_numel, odt.size())?)];
     if let Some(b) = bias {
-        grads.push(Grad::Param(b, mul(out_features, odt.size())?));
+        grads.push(Grad::ParamCast(b, mul(out_features, odt.size())?));
     }
     g.record(&[y.id], &saved, grads);
     if copied {
