@@ -25,7 +25,6 @@
 mod scan;
 mod value;
 
-use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, BufRead, BufReader, Read};
@@ -33,7 +32,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 pub use scan::memo_reads;
-pub use value::Value;
+pub use value::{Mutable, Value};
 use value::{VALUE_COST, freed_cost};
 
 /// Bounds on what a pickle may make the reader do.
@@ -192,6 +191,10 @@ impl Fold for KeepEverything {
     }
 }
 
+/// Why a change to a sealed list or dict is refused: only a cyclic value needs one.
+const CHANGED_AFTER_USE: &str =
+    "a list or dict is changed after it was put into another container (a cyclic value)";
+
 /// Nesting counted when a consumed item gives its budget back.
 const FREED_DEPTH: u32 = 16;
 
@@ -339,20 +342,40 @@ impl<'a, R: Read> Machine<'a, R> {
     /// The list on top of the stack, for `APPEND` and `APPENDS`.
     fn top_list(&self, what: &'static str) -> Result<Value, PickleError> {
         match self.top()? {
+            Value::List(list) if list.is_sealed() => Err(self.malformed(CHANGED_AFTER_USE)),
             list @ Value::List(_) => Ok(list.clone()),
             _ => Err(self.malformed(what)),
         }
     }
 
+    /// Seals `item`, about to be put into the open container `into`; refuses to put a
+    /// container into itself. With sealed containers never changed, no value is cyclic.
+    fn put_into(&self, into: &Value, item: &Value) -> Result<(), PickleError> {
+        if item.identity().is_some() && item.identity() == into.identity() {
+            return Err(self.malformed("a list or dict is put into itself"));
+        }
+        item.seal();
+        Ok(())
+    }
+
     /// Appends `item` to `list` unless the fold takes it; a taken item's budget comes back.
-    fn append(&mut self, list: &Value, item: Value) {
-        let Value::List(items) = list else { return };
+    fn append(&mut self, list: &Value, item: Value) -> Result<(), PickleError> {
+        let Value::List(items) = list else { return Ok(()) };
+        self.put_into(list, &item)?;
         if self.fold.take(list, &item) {
             let freed = freed_cost(&item, FREED_DEPTH);
             self.used = self.used.saturating_sub(freed);
         } else {
             items.borrow_mut().push(item);
         }
+        Ok(())
+    }
+
+    /// The items above the last mark, sealed: they go into a new list, tuple or dict.
+    fn pop_mark_sealed(&mut self) -> Result<Vec<Value>, PickleError> {
+        let items = self.pop_mark()?;
+        items.iter().for_each(Value::seal);
+        Ok(items)
     }
 
     fn memo_get(&mut self, index: u64) -> Result<(), PickleError> {
@@ -502,27 +525,26 @@ impl<'a, R: Read> Machine<'a, R> {
                     let bytes = self.counted(n)?;
                     self.push(Value::Bytes(Rc::from(bytes)))?;
                 }
-                b']' => self.push(Value::List(Rc::new(RefCell::new(Vec::new()))))?,
-                0x8f => self.push(Value::List(Rc::new(RefCell::new(Vec::new()))))?,
+                b']' | 0x8f => self.push(Value::List(Mutable::new(Vec::new())))?,
                 b'l' | 0x91 => {
-                    let items = self.pop_mark()?;
-                    self.push(Value::List(Rc::new(RefCell::new(items))))?;
+                    let items = self.pop_mark_sealed()?;
+                    self.push(Value::List(Mutable::new(items)))?;
                 }
                 b'a' => {
                     let item = self.pop()?;
                     let list = self.top_list("APPEND to a non-list")?;
-                    self.append(&list, item);
+                    self.append(&list, item)?;
                 }
                 b'e' | 0x90 => {
                     let items = self.pop_mark()?;
                     let list = self.top_list("APPENDS to a non-list")?;
                     for item in items {
-                        self.append(&list, item);
+                        self.append(&list, item)?;
                     }
                 }
                 b')' => self.push(Value::Tuple(Rc::from(Vec::new())))?,
                 b't' => {
-                    let items = self.pop_mark()?;
+                    let items = self.pop_mark_sealed()?;
                     self.push(Value::Tuple(Rc::from(items)))?;
                 }
                 0x85..=0x87 => {
@@ -532,20 +554,27 @@ impl<'a, R: Read> Machine<'a, R> {
                         items.push(self.pop()?);
                     }
                     items.reverse();
+                    items.iter().for_each(Value::seal);
                     self.push(Value::Tuple(Rc::from(items)))?;
                 }
-                b'}' => self.push(Value::Dict(Rc::new(RefCell::new(Vec::new()))))?,
+                b'}' => self.push(Value::Dict(Mutable::new(Vec::new())))?,
                 b'd' => {
-                    let items = self.pop_mark()?;
+                    let items = self.pop_mark_sealed()?;
                     let pairs = pairs(items).ok_or_else(|| self.malformed("odd DICT items"))?;
-                    self.push(Value::Dict(Rc::new(RefCell::new(pairs))))?;
+                    self.push(Value::Dict(Mutable::new(pairs)))?;
                 }
                 b's' => {
                     let value = self.pop()?;
                     let key = self.pop()?;
-                    let Value::Dict(dict) = self.top()? else {
+                    let target = self.top()?;
+                    let Value::Dict(dict) = target else {
                         return Err(self.malformed("SETITEM on a non-dict"));
                     };
+                    if dict.is_sealed() {
+                        return Err(self.malformed(CHANGED_AFTER_USE));
+                    }
+                    self.put_into(target, &key)?;
+                    self.put_into(target, &value)?;
                     dict.borrow_mut().push((key, value));
                 }
                 b'u' => {
@@ -557,10 +586,16 @@ impl<'a, R: Read> Machine<'a, R> {
                     if !(self.stack.len() - mark).is_multiple_of(2) {
                         return Err(self.malformed("odd SETITEMS items"));
                     }
-                    let Some(Value::Dict(dict)) = mark.checked_sub(1).map(|i| &self.stack[i])
-                    else {
+                    let target = mark.checked_sub(1).and_then(|i| self.stack.get(i));
+                    let Some(target @ Value::Dict(dict)) = target else {
                         return Err(self.malformed("SETITEMS on a non-dict"));
                     };
+                    if dict.is_sealed() {
+                        return Err(self.malformed(CHANGED_AFTER_USE));
+                    }
+                    for item in self.stack.iter().skip(mark) {
+                        self.put_into(target, item)?;
+                    }
                     let dict = Rc::clone(dict);
                     let mut dict = dict.borrow_mut();
                     dict.reserve((self.stack.len() - mark) / 2);
@@ -696,6 +731,33 @@ mod tests {
         assert!(matches!(read(b"X\xff\xff\xff\xff"), Err(PickleError::Limit("string length"))));
         let deep = vec![b'('; 20_000];
         assert!(matches!(read(&deep), Err(PickleError::Limit("nesting"))));
+    }
+
+    #[test]
+    fn cyclic_values_are_refused() {
+        let cyclic: [&[u8]; 7] = [
+            // a = []; a.append(a), as pickle.dumps(a, protocol=2) writes it.
+            b"\x80\x02]q\x00h\x00a.",
+            // The same list DUPed and appended to itself, without the memo.
+            b"]2a.",
+            // l = []; l.append((l,)): a tuple holding the list goes back into it.
+            b"]q\x00(h\x00\x85e.",
+            // d = {}; d["k"] = [d]
+            b"}q\x00X\x01\x00\x00\x00k]h\x00as.",
+            // d = {}; d[d] = 0 through SETITEMS.
+            b"}2(2K\x00u.",
+            // The fuzzer's find (a leak), minimised: a list appends itself, with no STOP.
+            b"]\x94(h\x00e",
+            // A list put into a dict, then changed.
+            b"}K\x00]q\x01sh\x01K\x05a.",
+        ];
+        for bytes in cyclic {
+            let err = read(bytes).unwrap_err();
+            assert!(matches!(err, PickleError::Malformed { .. }), "{err}");
+        }
+        // Shared but acyclic: one list referenced twice, as PyTorch shares frames.
+        let v = read(b"\x80\x02](K\x01eq\x00h\x00\x86.").unwrap();
+        assert_eq!(v.items().unwrap()[1].items().unwrap()[0].as_i64(), Some(1));
     }
 
     #[test]

@@ -5,9 +5,52 @@
 //! A pickle can nest containers one byte a level (`TUPLE1` repeated), so values are dropped
 //! with a loop of their own rather than the compiler's recursive drop, which would overflow
 //! the stack on a hostile file.
+//!
+//! A pickle can also make a list or dict hold itself (`a = []; a.append(a)`), a cycle of
+//! `Rc`s that would never be freed. Python's pickler fills every list and dict before it puts
+//! it into another container, so the machine seals a list or dict once it is put into a
+//! container ([`Mutable::seal`]) and refuses to change a sealed one: every value it builds
+//! is then acyclic, and no snapshot is refused.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::ops::Deref;
 use std::rc::Rc;
+
+/// A list's or dict's items, and whether the machine may still add to them.
+#[derive(Debug, Default)]
+pub struct Mutable<T> {
+    items: RefCell<T>,
+    sealed: Cell<bool>,
+}
+
+impl<T> Mutable<T> {
+    /// An open container holding `items`.
+    pub fn new(items: T) -> Rc<Mutable<T>> {
+        Rc::new(Mutable { items: RefCell::new(items), sealed: Cell::new(false) })
+    }
+
+    /// Marks the container as held by another one: it may no longer be added to.
+    pub(crate) fn seal(&self) {
+        self.sealed.set(true);
+    }
+
+    /// Whether the container has been put into another one.
+    pub fn is_sealed(&self) -> bool {
+        self.sealed.get()
+    }
+
+    fn get_mut(&mut self) -> &mut T {
+        self.items.get_mut()
+    }
+}
+
+impl<T> Deref for Mutable<T> {
+    type Target = RefCell<T>;
+
+    fn deref(&self) -> &RefCell<T> {
+        &self.items
+    }
+}
 
 /// A Python value built by the pickle machine.
 #[derive(Debug, Clone)]
@@ -27,11 +70,11 @@ pub enum Value {
     /// bytes or bytearray.
     Bytes(Rc<[u8]>),
     /// A list (or a set, read as a list).
-    List(Rc<RefCell<Vec<Value>>>),
+    List(Rc<Mutable<Vec<Value>>>),
     /// A tuple.
     Tuple(Rc<[Value]>),
     /// A dict, in insertion order.
-    Dict(Rc<RefCell<Vec<(Value, Value)>>>),
+    Dict(Rc<Mutable<Vec<(Value, Value)>>>),
 }
 
 impl Value {
@@ -97,6 +140,15 @@ impl Value {
     pub fn get(&self, key: &str) -> Option<Value> {
         let Value::Dict(d) = self else { return None };
         d.borrow().iter().rev().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v.clone())
+    }
+
+    /// Seals a list or dict that is being put into a container (see [`Mutable`]).
+    pub(crate) fn seal(&self) {
+        match self {
+            Value::List(l) => l.seal(),
+            Value::Dict(d) => d.seal(),
+            _ => {}
+        }
     }
 
     /// Whether this is a dict.
