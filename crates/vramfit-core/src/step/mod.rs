@@ -267,8 +267,15 @@ fn embed(g: &mut Graph, cx: &Ctx<'_>, m: &Model) -> R<T> {
     }
     if let Some(pp) = m.positions {
         let per = if s.head == Head::MaskedLm { e } else { mul(cx.setup.seq_len, h)? };
+        // GPT-2 computes `position_ids` (int64 `[1, S]`, `arange` + offset) and the lookup
+        // saves them; BERT slices its registered buffer (a view).
+        let ids =
+            if s.head == Head::MaskedLm { None } else { Some(g.alloc(mul(cx.setup.seq_len, 8)?)?) };
         let t = new(g, cx.p, per)?;
-        g.record(&[t.id], &[], vec![grad_of(g, pp)]);
+        g.record(&[t.id], ids.as_slice(), vec![grad_of(g, pp)]);
+        if let Some(i) = ids {
+            g.drop(i);
+        }
         let y = add(g, x, t)?;
         g.drop(x.id);
         g.drop(t.id);
