@@ -33,7 +33,7 @@ pub(crate) enum Node {
     /// the graph's pools, so recording allocates nothing per node).
     Op { output: Tid, saved: (u32, u32), grads: (u32, u32) },
     /// A checkpointed segment: only its input is kept; backward replays it.
-    Checkpoint { input: Tid, output: Tid, segment: usize },
+    Checkpoint { input: Tid, output: Tid, segment: usize, held: (u32, u32) },
 }
 
 /// A parameter's bookkeeping during a step.
@@ -185,19 +185,37 @@ impl Graph {
 
     fn pop_node(&mut self) -> Option<Node> {
         let node = self.nodes.pop()?;
-        if let Node::Op { saved, grads, .. } = node {
-            self.saved_pool.truncate(saved.0 as usize);
-            self.grad_pool.truncate(grads.0 as usize);
+        match node {
+            Node::Op { saved, grads, .. } => {
+                self.saved_pool.truncate(saved.0 as usize);
+                self.grad_pool.truncate(grads.0 as usize);
+            }
+            Node::Checkpoint { held, .. } => self.saved_pool.truncate(held.0 as usize),
         }
         Some(node)
     }
 
-    pub(crate) fn record_checkpoint(&mut self, input: Tid, output: Tid, segment: usize) {
+    /// A checkpointed segment: keeps its input and the other tensors it was called with
+    /// (`shared`: the model-level attention mask, rotary cos/sin, position ids), each until
+    /// the segment's backward.
+    pub(crate) fn record_checkpoint(
+        &mut self,
+        input: Tid,
+        output: Tid,
+        segment: usize,
+        shared: &[Tid],
+    ) {
         self.tl.retain(input);
         if self.tl.component_of(input) == Some(Component::Temporaries) {
             self.tl.recategorize(input, Component::Activations);
         }
-        self.nodes.push(Node::Checkpoint { input, output, segment });
+        let start = self.saved_pool.len() as u32;
+        for &t in shared {
+            self.tl.retain(t);
+            self.saved_pool.push(t);
+        }
+        let held = (start, self.saved_pool.len() as u32 - start);
+        self.nodes.push(Node::Checkpoint { input, output, segment, held });
     }
 
     fn grad_slot(&mut self, t: Tid) -> &mut Option<Tid> {
@@ -340,7 +358,9 @@ impl Graph {
                         self.accumulate_param(p, t, via_cast)?;
                     }
                 }
-                Node::Checkpoint { input, output, segment } => {
+                Node::Checkpoint { input, output, segment, held } => {
+                    let held: Vec<Tid> =
+                        self.saved_pool[held.0 as usize..(held.0 + held.1) as usize].to_vec();
                     self.pop_node();
                     let incoming = self.take_grad(output);
                     let mark = self.nodes.len();
@@ -355,6 +375,9 @@ impl Graph {
                         self.tl.release(g);
                     }
                     self.tl.release(input);
+                    for t in held {
+                        self.tl.release(t);
+                    }
                 }
             }
         }

@@ -348,6 +348,7 @@ fn micro_batch(g: &mut Graph, cx: &Ctx<'_>, m: &Model) -> R<()> {
     g.tl.set_phase(Phase::Forward);
     let ids = g.alloc(mul(cx.n, 8)?)?;
     let mut x = embed(g, cx, m)?;
+    let shared = layer_inputs(g, cx)?;
     let checkpoint = cx.setup.checkpointing == Checkpointing::Full;
     for layer in 0..s.n_layers as usize {
         let y = if checkpoint {
@@ -356,7 +357,7 @@ fn micro_batch(g: &mut Graph, cx: &Ctx<'_>, m: &Model) -> R<()> {
             let y = layer_forward(g, cx, m, x, layer)?;
             g.saving = true;
             g.truncate(mark);
-            g.record_checkpoint(x.id, y.id, layer);
+            g.record_checkpoint(x.id, y.id, layer, &shared);
             y
         } else {
             layer_forward(g, cx, m, x, layer)?
@@ -371,6 +372,10 @@ fn micro_batch(g: &mut Graph, cx: &Ctx<'_>, m: &Model) -> R<()> {
     } else {
         x
     };
+    // The base model returns: its locals go (checkpoints still hold them).
+    for t in shared {
+        g.drop(t);
+    }
     g.tl.set_phase(Phase::Loss);
     let loss = head_and_loss(g, cx, m, h)?;
     g.drop(h.id);
@@ -388,6 +393,37 @@ fn micro_batch(g: &mut Graph, cx: &Ctx<'_>, m: &Model) -> R<()> {
     g.drop(loss.id);
     g.drop(ids);
     Ok(())
+}
+
+/// What the base model computes once and passes to every layer: the eager attention mask
+/// (`masking_utils.eager_mask`: 0 / -inf, `[B, 1, S, S]` in the embeddings' dtype; Gemma 2 builds
+/// a full and a sliding-window one), rotary `cos` and `sin` (`[1, S, rotary dims]`, cast to the
+/// hidden states' dtype) and `position_ids` (int64 `[1, S]`). They live until the base model
+/// returns, and under checkpointing every segment keeps them until its backward.
+///
+/// SDPA gets no mask (`is_causal=True`) and BERT/RoBERTa none without padding. (The CPU oracle
+/// also builds a bool `[B, 1, S, S]` mask for SDPA: a fake-tensor artefact, see ACCURACY.md.)
+fn layer_inputs(g: &mut Graph, cx: &Ctx<'_>) -> R<Vec<crate::timeline::Tid>> {
+    let s = cx.spec;
+    let b = cx.setup.micro_batch;
+    let seq = cx.setup.seq_len;
+    let hd = hidden_dtype(cx);
+    let mut shared = Vec::new();
+    if s.head == Head::CausalLm
+        && self::attention::effective_kernel(cx) == self::attention::Kernel::Eager
+    {
+        let masks = if s.architecture == crate::model::Architecture::Gemma2 { 2 } else { 1 };
+        for _ in 0..masks {
+            shared.push(g.alloc(mul(mul(mul(b, seq)?, seq)?, hd.size())?)?);
+        }
+    }
+    if let Positions::Rotary { dims } = s.positions {
+        shared.push(g.alloc(mul(seq, 8)?)?);
+        for _ in 0..2 {
+            shared.push(g.alloc(mul(mul(seq, dims)?, hd.size())?)?);
+        }
+    }
+    Ok(shared)
 }
 
 /// The residual stream's dtype: the parameters' (fp32 under autocast: additions promote).
