@@ -245,7 +245,8 @@ fn write_accuracy_md() {
          `validation/results.jsonl` (PyTorch's own MemTracker peak under FakeTensorMode, two\n\
          training iterations; see `validation/README.md`). Each case is estimated with\n\
          `Target::CpuOracle`; the test `predictions_are_within_five_percent_of_the_oracle`\n\
-         fails when any case is off by more than 5%.\n"
+         fails when any case is off by more than 5%. The oracle's `forward` phase is the model\n\
+         call including the loss, which vramfit reports separately as `loss`.\n"
     )
     .unwrap();
     writeln!(
