@@ -25,13 +25,22 @@ pub(crate) struct ParsedFile {
 
 /// Parses Python source. `cells` (notebooks) are parsed as independent modules that share one
 /// text, so each cell may be broken on its own without hiding the others.
+///
+/// A notebook is parsed in IPython mode (`%magic`, `!shell`) unless [`escape_may_panic`].
 pub(crate) fn parse(text: &str, cells: Option<&[TextRange]>) -> ParsedFile {
     let parsed = match cells {
-        Some(cells) => ruff_python_parser::parse_cells_unchecked(
-            text,
-            cells.iter().copied(),
-            &ParseOptions::from(ast::PySourceType::Ipynb),
-        ),
+        Some(cells) => {
+            let kind = if escape_may_panic(text, cells) {
+                ast::PySourceType::Python
+            } else {
+                ast::PySourceType::Ipynb
+            };
+            ruff_python_parser::parse_cells_unchecked(
+                text,
+                cells.iter().copied(),
+                &ParseOptions::from(kind),
+            )
+        }
         None => ruff_python_parser::parse_unchecked_source(text, ast::PySourceType::Python),
     };
     let errors = parsed.errors().iter().map(|e| (e.location, e.error.to_string())).collect();
@@ -42,6 +51,22 @@ pub(crate) fn parse(text: &str, cells: Option<&[TextRange]>) -> ParsedFile {
         .map(Ranged::range)
         .collect();
     ParsedFile { module: parsed.into_syntax(), errors, comments }
+}
+
+/// Whether a cell has a line that starts with `?`, `/`, `;` or `,`. In IPython mode the lexer
+/// reads such a line as an escape command (help, autoparen, autoquote), and the parser at
+/// `=0.0.10` panics (`unreachable!`) when one of these meets it where an expression is
+/// expected, as after `x = 1 +` or an unclosed bracket
+/// (<https://github.com/astral-sh/ruff/issues/21705>). Such notebooks are parsed as plain
+/// Python instead: escape commands there become syntax errors, recovered from like any other.
+/// The test over-approximates (any physical line, any leading whitespace), which only costs
+/// IPython syntax in notebooks that have such lines.
+fn escape_may_panic(text: &str, cells: &[TextRange]) -> bool {
+    cells.iter().any(|cell| {
+        text.get(usize::from(cell.start())..usize::from(cell.end())).is_none_or(|cell| {
+            cell.split(['\n', '\r']).any(|line| line.trim_start().starts_with(['?', '/', ';', ',']))
+        })
+    })
 }
 
 /// `a.b.c` for a chain of names and attributes, `None` for anything else.
@@ -254,5 +279,32 @@ impl<'a> Visitor<'a> for Walker<'_, 'a> {
         self.depth += 1;
         visitor::walk_expr(self, expr);
         self.depth -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cells(text: &str) -> Vec<TextRange> {
+        vec![TextRange::new(TextSize::from(0), TextSize::of(text))]
+    }
+
+    #[test]
+    fn escape_commands_where_an_expression_is_expected_do_not_panic() {
+        // https://github.com/astral-sh/ruff/issues/21705
+        let upstream = "{]\n,";
+        // The fuzzer's find (lint_notebook), minimised: a `;` line after an unclosed bracket.
+        let found = "del(x), y)\n    lo os{ = crittch).lossptp()\n      ;  on#))\n";
+        for text in [upstream, found, "x = 1 +\n,f a b\n", "x = (1 +\n?y\n", "y = [\n/f 1\n"] {
+            let parsed = parse(text, Some(&cells(text)));
+            assert!(!parsed.errors.is_empty(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn notebooks_without_such_lines_keep_ipython_syntax() {
+        let text = "%matplotlib inline\n!nvidia-smi\nx = !ls\nprint(x)\n";
+        assert!(parse(text, Some(&cells(text))).errors.is_empty());
     }
 }
