@@ -48,6 +48,9 @@ pub struct LintRun {
     pub reports: Vec<FileReport>,
     /// Files that could not be checked, in path order.
     pub skipped: Vec<Skipped>,
+    /// Checked files whose fixes could not be written back (a notebook that would not read
+    /// back as intended), with the reason; their findings are in `reports` as found.
+    pub unwritten: Vec<Skipped>,
 }
 
 /// Expands `paths` into the files to check: files as given, directories walked for `.py`
@@ -178,7 +181,7 @@ fn declares_latin1(bytes: &[u8]) -> bool {
 ///
 /// A notebook is written back only when the result reads back as the fixed cells with
 /// everything else unchanged; otherwise its findings are reported as they are and the file is
-/// also listed in [`LintRun::skipped`] with the reason its fixes were not written.
+/// also listed in [`LintRun::unwritten`] with the reason its fixes were not written.
 pub fn lint_paths(files: &[PathBuf], settings: &Settings, fix: Option<FixMode>) -> LintRun {
     let lint_one = |path: &PathBuf| -> (Option<FileReport>, Option<Skipped>) {
         match lint_file(path, settings, fix) {
@@ -192,9 +195,14 @@ pub fn lint_paths(files: &[PathBuf], settings: &Settings, fix: Option<FixMode>) 
             Err(_) => files.iter().map(lint_one).collect(),
         };
     let mut run = LintRun::default();
-    for (report, skipped) in results {
-        run.reports.extend(report);
-        run.skipped.extend(skipped);
+    for (report, warning) in results {
+        match report {
+            Some(report) => {
+                run.reports.push(report);
+                run.unwritten.extend(warning);
+            }
+            None => run.skipped.extend(warning),
+        }
     }
     run
 }

@@ -198,6 +198,7 @@ fn fix_notebook(prefix: &[u8], mode: FixMode) -> (Vec<u8>, Vec<&'static str>, us
     std::fs::write(&path, [prefix, original.as_slice()].concat()).unwrap();
     let run = lint_paths(std::slice::from_ref(&path), &Settings::default(), Some(mode));
     assert!(run.skipped.is_empty(), "{:?}", run.skipped);
+    assert!(run.unwritten.is_empty(), "{:?}", run.unwritten);
     let report = &run.reports[0];
     let codes = report.checked.diagnostics.iter().map(|d| d.rule.code()).collect();
     (std::fs::read(&path).unwrap(), codes, report.fixed)

@@ -76,6 +76,9 @@ pub fn run(args: LintArgs) -> Result<Outcome, Failure> {
     for skip in &skipped {
         writeln!(stderr, "warning: skipped {}: {}", shown(&skip.path), skip.reason)?;
     }
+    for unwritten in &run.unwritten {
+        writeln!(stderr, "warning: {}: {}", shown(&unwritten.path), unwritten.reason)?;
+    }
     for report in &run.reports {
         let errors = &report.checked.syntax_errors;
         if let Some(first) = errors.first() {
