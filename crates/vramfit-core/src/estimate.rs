@@ -240,9 +240,7 @@ pub fn estimate_with_autocast_rules(
     setup: &TrainSetup,
     cuda_autocast: bool,
 ) -> Result<Estimate, EstimateError> {
-    check_setup(setup)?;
-    let (graph, sizes) = simulate(spec, setup, cuda_autocast, None)?;
-    summarize(spec, setup, &graph, &sizes)
+    run(spec, setup, cuda_autocast, None).map(|(estimate, _)| estimate)
 }
 
 /// As [`estimate`], also recording the step's allocated memory over its events, in at most
@@ -252,10 +250,21 @@ pub fn estimate_timeline(
     setup: &TrainSetup,
     max_points: usize,
 ) -> Result<(Estimate, crate::timeline::StepTimeline), EstimateError> {
-    check_setup(setup)?;
     let cuda_autocast = setup.target == crate::setup::Target::Cuda;
-    let (mut graph, sizes) = simulate(spec, setup, cuda_autocast, Some(max_points))?;
-    let timeline = graph.tl.take_record().unwrap_or_default();
+    let (estimate, timeline) = run(spec, setup, cuda_autocast, Some(max_points))?;
+    Ok((estimate, timeline.unwrap_or_default()))
+}
+
+/// Checks the setup, simulates the step (recording it when `record` gives a size) and sums up.
+fn run(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    cuda_autocast: bool,
+    record: Option<usize>,
+) -> Result<(Estimate, Option<crate::timeline::StepTimeline>), EstimateError> {
+    check_setup(setup)?;
+    let (mut graph, sizes) = simulate(spec, setup, cuda_autocast, record)?;
+    let timeline = graph.tl.take_record();
     Ok((summarize(spec, setup, &graph, &sizes)?, timeline))
 }
 

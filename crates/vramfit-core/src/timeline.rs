@@ -127,9 +127,8 @@ pub struct TimelinePoint {
     pub components: crate::estimate::Components,
 }
 
-/// The allocated memory of one simulated step, event by event, at most `2 * max_points`
-/// points while recording and `max_points` when finished. Each point is the highest moment
-/// of its stretch, so the step's peak is always one of them.
+/// The allocated memory of one simulated step, in at most the points asked for. Each point is
+/// the highest moment of its stretch of events, so the step's peak is always one of them.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct StepTimeline {
     /// Allocations and frees in the step.
@@ -140,28 +139,38 @@ pub struct StepTimeline {
     pub phases: Vec<(u64, Phase)>,
     /// Micro-batches simulated (gradient accumulation repeats the second one exactly).
     pub micro_batches: u64,
-    #[serde(skip)]
+}
+
+/// Builds a [`StepTimeline`] while the step runs: every point but the last holds `width`
+/// events, the last `in_last`; above `2 * max_points` points, neighbours are paired.
+#[derive(Debug, Clone)]
+struct Recorder {
+    timeline: StepTimeline,
     max_points: usize,
-    #[serde(skip)]
     width: u64,
-    #[serde(skip)]
     in_last: u64,
 }
 
-impl StepTimeline {
-    fn new(max_points: usize) -> StepTimeline {
-        StepTimeline { max_points: max_points.max(2), width: 1, ..StepTimeline::default() }
+impl Recorder {
+    fn new(max_points: usize, micro_batches: u64) -> Recorder {
+        Recorder {
+            timeline: StepTimeline { micro_batches, ..StepTimeline::default() },
+            max_points: max_points.max(2),
+            width: 1,
+            in_last: 0,
+        }
     }
 
     fn note(&mut self, total: u64, phase: Phase, live: &ByComponent) {
+        let t = &mut self.timeline;
         let point = TimelinePoint {
-            event: self.events,
+            event: t.events,
             phase,
             allocated: crate::units::Bytes(total),
             components: crate::estimate::Components::from_array(*live),
         };
-        self.events += 1;
-        match self.points.last_mut() {
+        t.events += 1;
+        match t.points.last_mut() {
             Some(last) if self.in_last < self.width => {
                 if point.allocated > last.allocated {
                     *last = point;
@@ -169,40 +178,39 @@ impl StepTimeline {
                 self.in_last += 1;
             }
             _ => {
-                self.points.push(point);
+                t.points.push(point);
                 self.in_last = 1;
             }
         }
-        if self.points.len() > 2 * self.max_points {
+        if t.points.len() > 2 * self.max_points {
             // All points but the last hold `width` events and their count is odd: pair them.
-            self.halve();
+            halve(&mut t.points);
             self.width *= 2;
         }
     }
 
-    fn halve(&mut self) {
-        self.points = self
-            .points
-            .chunks(2)
-            .filter_map(|pair| {
-                pair.iter().copied().max_by_key(|p| (p.allocated, u64::MAX - p.event))
-            })
-            .collect();
-    }
-
     fn phase(&mut self, phase: Phase) {
-        if self.phases.last().is_none_or(|(_, p)| *p != phase) {
-            self.phases.push((self.events, phase));
+        let t = &mut self.timeline;
+        if t.phases.last().is_none_or(|(_, p)| *p != phase) {
+            t.phases.push((t.events, phase));
         }
     }
 
     /// Ends recording: at most `max_points` points.
-    pub(crate) fn finish(mut self) -> StepTimeline {
-        while self.points.len() > self.max_points {
-            self.halve();
+    fn finish(mut self) -> StepTimeline {
+        while self.timeline.points.len() > self.max_points {
+            halve(&mut self.timeline.points);
         }
-        self
+        self.timeline
     }
+}
+
+/// Pairs neighbouring points, keeping the higher (the earlier on a tie).
+fn halve(points: &mut Vec<TimelinePoint>) {
+    *points = points
+        .chunks(2)
+        .filter_map(|pair| pair.iter().copied().max_by_key(|p| (p.allocated, u64::MAX - p.event)))
+        .collect();
 }
 
 /// The stream's state and its high-water marks.
@@ -217,7 +225,7 @@ pub(crate) struct Timeline {
     peak_live: ByComponent,
     phase_peaks: [u64; 4],
     granularity: u64,
-    record: Option<Box<StepTimeline>>,
+    record: Option<Box<Recorder>>,
     #[cfg(test)]
     pub(crate) debug: LiveAt,
 }
@@ -256,8 +264,7 @@ impl Timeline {
 
     /// Records the stream into a [`StepTimeline`] of at most `max_points` points.
     pub(crate) fn recording(mut self, max_points: usize, micro_batches: u64) -> Timeline {
-        let mut record = StepTimeline::new(max_points);
-        record.micro_batches = micro_batches;
+        let mut record = Recorder::new(max_points, micro_batches);
         record.phase(self.phase);
         self.record = Some(Box::new(record));
         self
