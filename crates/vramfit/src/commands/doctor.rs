@@ -5,7 +5,7 @@
 //! made, 2 when an input holds nothing to diagnose or cannot be read.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Seek, Write};
+use std::io::{self, BufRead, BufReader, Seek, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -153,13 +153,48 @@ fn name_of(analysis: &Analysis) -> &str {
     }
 }
 
-fn open(path: &PathBuf) -> Result<Box<dyn BufRead>, Failure> {
+/// An input opened once: a file (read twice when it is a snapshot) or stdin.
+enum Opened {
+    File(BufReader<File>),
+    Stdin(BufReader<io::Stdin>),
+}
+
+impl Opened {
+    fn reader(&mut self) -> &mut dyn BufRead {
+        match self {
+            Opened::File(f) => f,
+            Opened::Stdin(s) => s,
+        }
+    }
+
+    /// A file to read from the start: the file itself, or stdin copied to an unnamed
+    /// temporary file (removed when closed).
+    fn into_file(self) -> Result<BufReader<File>, Failure> {
+        let mut file = match self {
+            Opened::File(file) => file,
+            Opened::Stdin(mut stdin) => {
+                let mut spool = tempfile::tempfile().map_err(|e| {
+                    Failure::with_hint(
+                        format!("cannot store the snapshot read from stdin: {e}"),
+                        "pass the snapshot file's path instead, or point TMPDIR at a writable directory",
+                    )
+                })?;
+                io::copy(&mut stdin, &mut spool)?;
+                BufReader::with_capacity(1 << 16, spool)
+            }
+        };
+        file.rewind()?;
+        Ok(file)
+    }
+}
+
+fn open(path: &PathBuf) -> Result<Opened, Failure> {
     if path.as_os_str() == "-" {
-        return Ok(Box::new(BufReader::new(io::stdin())));
+        return Ok(Opened::Stdin(BufReader::new(io::stdin())));
     }
     let file = File::open(path)
         .map_err(|e| Failure::new(format!("cannot read {}: {e}", path.display())))?;
-    Ok(Box::new(BufReader::with_capacity(1 << 16, file)))
+    Ok(Opened::File(BufReader::with_capacity(1 << 16, file)))
 }
 
 /// The estimate of the step, when the model (or a parameter count) was given.
@@ -233,36 +268,19 @@ fn analyse(
 ) -> Result<Analysis, Failure> {
     let name =
         if path.as_os_str() == "-" { "stdin".to_owned() } else { path.display().to_string() };
-    let mut reader = open(path)?;
-    let head = reader.fill_buf()?.to_vec();
+    let mut input = open(path)?;
+    let head = input.reader().fill_buf()?.to_vec();
     match InputKind::detect(&head) {
         InputKind::Snapshot => {
-            let limits =
-                Limits { max_memory: args.max_memory.saturating_mul(1 << 20), ..Limits::default() };
-            // Two passes with bounded memory: over the file, or over stdin copied to an
-            // unnamed temporary file (removed when closed).
-            let file = if path.as_os_str() == "-" {
-                let mut spool = tempfile::tempfile().map_err(|e| {
-                    Failure::with_hint(
-                        format!("cannot store the snapshot read from stdin: {e}"),
-                        "pass the snapshot file's path instead, or point TMPDIR at a writable directory",
-                    )
-                })?;
-                io::copy(&mut reader, &mut spool)?;
-                spool
-            } else {
-                drop(reader);
-                File::open(path)
-                    .map_err(|e| Failure::new(format!("cannot read {}: {e}", path.display())))?
-            };
+            // Two passes with bounded memory, over the file or stdin's copy of it.
+            let file = input.into_file()?;
             // The reader's work grows linearly with the file; allow at least 5 MiB/s.
-            let size = file.metadata().map_or(0, |m| m.len());
+            let size = file.get_ref().metadata().map_or(0, |m| m.len());
             let limits = Limits {
-                max_time: limits.max_time.max(Duration::from_secs(size / (5 << 20))),
-                ..limits
+                max_memory: args.max_memory.saturating_mul(1 << 20),
+                max_time: Limits::default().max_time.max(Duration::from_secs(size / (5 << 20))),
+                ..Limits::default()
             };
-            let mut file = BufReader::with_capacity(1 << 16, file);
-            file.rewind()?;
             let report = read_snapshot_seekable(file, &limits, args.top)
                 .map_err(|e| snapshot_failure(&name, &e))?;
             let diagnoses = vramfit_doctor::diagnosis::diagnose_stats(&report.allocator_stats());
@@ -270,7 +288,7 @@ fn analyse(
         }
         kind => {
             let mut bytes = Vec::new();
-            reader.read_to_end(&mut bytes)?;
+            input.reader().read_to_end(&mut bytes)?;
             let content = String::from_utf8_lossy(&bytes);
             match kind {
                 InputKind::StatsJson => {
