@@ -1,0 +1,239 @@
+//! The golden file of estimates: every catalog model × precision × optimizer × attention ×
+//! checkpointing × two batch/sequence sizes on CUDA, plus samples of what that grid does not
+//! reach (gradient accumulation, optimizer implementations and state dtypes, the CPU oracle and
+//! its CUDA-autocast emulation). Each line holds the peak, its phase, the components at the
+//! peak, the phase peaks, the model states and the warnings, to the byte.
+//!
+//! The test fails on any difference, so every changed number is a decision: when a change is
+//! meant, regenerate the file with `scripts/golden.sh` and say in the commit why the numbers
+//! moved.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use vramfit_core::estimate::estimate_with_autocast_rules;
+use vramfit_core::{
+    Attention, Checkpointing, DType, ModelSpec, Optimizer, OptimizerImpl, Precision, Target,
+    TrainSetup, catalog,
+};
+
+const GOLDEN: &str = "tests/golden/estimates.txt";
+
+/// `(batch, seq_len)` pairs of the full grid.
+const SIZES: [(u64, u64); 2] = [(1, 512), (4, 2048)];
+
+/// One case of the golden file.
+struct Case {
+    model: &'static str,
+    setup: TrainSetup,
+    /// The CPU oracle run with CUDA's autocast op lists (`--autocast-rules cuda`).
+    cuda_autocast_on_cpu: bool,
+}
+
+impl Case {
+    fn key(&self) -> String {
+        let s = &self.setup;
+        let mut key = format!(
+            "{} {} {} {} ckpt={} b{} s{}",
+            self.model,
+            s.precision,
+            s.optimizer,
+            s.attention,
+            s.checkpointing,
+            s.micro_batch,
+            s.seq_len
+        );
+        if s.grad_accum != 1 {
+            let _ = write!(key, " accum={}", s.grad_accum);
+        }
+        if s.optimizer_impl != OptimizerImpl::Foreach {
+            let _ = write!(key, " impl={}", s.optimizer_impl);
+        }
+        if let Some(d) = s.optimizer_state_dtype {
+            let _ = write!(key, " state={}", d.torch_name());
+        }
+        if s.target == Target::CpuOracle {
+            key.push_str(if self.cuda_autocast_on_cpu {
+                " cpu-oracle+cuda-autocast"
+            } else {
+                " cpu-oracle"
+            });
+        }
+        key
+    }
+}
+
+fn cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    let plain = |model, setup| Case { model, setup, cuda_autocast_on_cpu: false };
+    for model in catalog::names() {
+        for precision in Precision::ALL {
+            for optimizer in Optimizer::ALL {
+                for attention in Attention::ALL {
+                    for checkpointing in Checkpointing::ALL {
+                        for (micro_batch, seq_len) in SIZES {
+                            cases.push(plain(
+                                model,
+                                TrainSetup {
+                                    micro_batch,
+                                    seq_len,
+                                    precision,
+                                    optimizer,
+                                    attention,
+                                    checkpointing,
+                                    ..TrainSetup::default()
+                                },
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        // Samples beyond the grid, at one size.
+        let base = TrainSetup { micro_batch: 2, seq_len: 256, ..TrainSetup::default() };
+        for checkpointing in Checkpointing::ALL {
+            cases.push(plain(model, TrainSetup { grad_accum: 4, checkpointing, ..base.clone() }));
+        }
+        for optimizer_impl in [OptimizerImpl::ForLoop, OptimizerImpl::Fused] {
+            for optimizer in [Optimizer::Adamw, Optimizer::Adafactor, Optimizer::Lion] {
+                cases.push(plain(model, TrainSetup { optimizer_impl, optimizer, ..base.clone() }));
+            }
+        }
+        for dtype in [DType::F32, DType::Bf16, DType::U8] {
+            for precision in [Precision::Bf16, Precision::Bf16Mixed] {
+                cases.push(plain(
+                    model,
+                    TrainSetup { optimizer_state_dtype: Some(dtype), precision, ..base.clone() },
+                ));
+            }
+        }
+        for precision in Precision::ALL {
+            for attention in Attention::ALL {
+                for checkpointing in Checkpointing::ALL {
+                    let setup = TrainSetup {
+                        precision,
+                        attention,
+                        checkpointing,
+                        target: Target::CpuOracle,
+                        ..base.clone()
+                    };
+                    cases.push(plain(model, setup.clone()));
+                    if precision.autocast() {
+                        cases.push(Case { model, setup, cuda_autocast_on_cpu: true });
+                    }
+                }
+            }
+        }
+        cases.push(plain(
+            model,
+            TrainSetup {
+                target: Target::CpuOracle,
+                optimizer_impl: OptimizerImpl::ForLoop,
+                grad_accum: 2,
+                ..base.clone()
+            },
+        ));
+    }
+    cases
+}
+
+fn line(case: &Case, spec: &ModelSpec) -> String {
+    let cuda_autocast = case.setup.target == Target::Cuda || case.cuda_autocast_on_cpu;
+    let mut out = case.key();
+    out.push_str(" | ");
+    match estimate_with_autocast_rules(spec, &case.setup, cuda_autocast) {
+        Err(e) => {
+            let _ = write!(out, "error: {e}");
+        }
+        Ok(e) => {
+            let _ = write!(out, "peak {} {}", e.peak_allocated.get(), e.peak_phase.name());
+            out.push_str(" | at peak");
+            for (_, b) in e.components_at_peak.entries() {
+                let _ = write!(out, " {}", b.get());
+            }
+            out.push_str(" | phases");
+            for (_, b) in e.phase_peaks.entries() {
+                let _ = write!(out, " {}", b.get());
+            }
+            let m = e.model_states_detail;
+            let _ = write!(
+                out,
+                " | states {} {} {} {} | params {}",
+                m.parameters.get(),
+                m.gradients.get(),
+                m.optimizer_state.get(),
+                e.model_states.get(),
+                e.parameters
+            );
+            for w in &e.warnings {
+                let _ = write!(out, " | warning: {w}");
+            }
+        }
+    }
+    out
+}
+
+/// Every case's line, computed on all cores.
+fn lines() -> Vec<String> {
+    let cases = cases();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let chunk = cases.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = cases
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || {
+                    let mut spec_of: Option<(&str, ModelSpec)> = None;
+                    part.iter()
+                        .map(|case| {
+                            if spec_of.as_ref().is_none_or(|(m, _)| *m != case.model) {
+                                let json = catalog::config_json(case.model).expect("catalog");
+                                let spec = ModelSpec::from_hf_config(json).expect("parses");
+                                spec_of = Some((case.model, spec));
+                            }
+                            let (_, spec) = spec_of.as_ref().expect("set above");
+                            line(case, spec)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().expect("golden worker")).collect()
+    })
+}
+
+#[test]
+fn estimates_match_the_golden_file() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(GOLDEN);
+    let now = lines();
+    if std::env::var_os("VRAMFIT_WRITE_GOLDEN").is_some() {
+        let mut text = now.join("\n");
+        text.push('\n');
+        std::fs::write(&path, text).expect("write the golden file");
+        return;
+    }
+    let golden = std::fs::read_to_string(&path).expect("read the golden file");
+    let golden: Vec<&str> = golden.lines().collect();
+    let mut diffs = Vec::new();
+    for (i, line) in now.iter().enumerate() {
+        let before = golden.get(i).copied().unwrap_or("<missing>");
+        if before != line {
+            diffs.push(format!("  was: {before}\n  now: {line}"));
+        }
+    }
+    assert_eq!(
+        golden.len(),
+        now.len(),
+        "the golden file has {} lines, the grid {}; regenerate it with scripts/golden.sh",
+        golden.len(),
+        now.len()
+    );
+    assert!(
+        diffs.is_empty(),
+        "{} of {} estimates changed (first 20 below); if that is meant, run scripts/golden.sh \
+         and say why in the commit:\n{}",
+        diffs.len(),
+        now.len(),
+        diffs.iter().take(20).cloned().collect::<Vec<_>>().join("\n")
+    );
+}
