@@ -2,14 +2,20 @@
 //! fallback and HF's eager code (the S×S scores, probabilities and dropout).
 
 use super::ops::{dropout, new, to, unary};
-use super::{Ctx, R, T, mul};
+use super::{Context, Result, Tensor, mul};
 use crate::graph::{Grad, Graph};
 use crate::model::{Architecture, ModelSpec, Positions};
 use crate::setup::Attention;
 use crate::units::DType;
 
 /// The attention core: `softmax(q kᵀ / √d + mask) v`, by kernel.
-pub(super) fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R<T> {
+pub(super) fn attention_core(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+) -> Result<Tensor> {
     let s = cx.spec;
     let b = cx.setup.micro_batch;
     let seq = cx.setup.seq_len;
@@ -19,11 +25,11 @@ pub(super) fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R
     let scores = mul(mul(mul(b, heads)?, seq)?, seq)?;
     let dropout_p = s.attention_dropout;
     // GQA: repeat_kv materialises k and v at the query head count.
-    let expand = |g: &mut Graph, t: T| -> R<(T, bool)> {
+    let expand = |g: &mut Graph, t: Tensor| -> Result<(Tensor, bool)> {
         if rep <= 1 {
             return Ok((t, false));
         }
-        let y = new(g, t.dt, q_numel)?;
+        let y = new(g, t.dtype, q_numel)?;
         g.record(&[y.id], &[], vec![Grad::New(t.id, t.bytes())]);
         Ok((y, true))
     };
@@ -32,7 +38,7 @@ pub(super) fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R
     let kernel = effective_kernel(cx);
     let out = match kernel {
         Kernel::Flash | Kernel::Efficient => {
-            let target = if cx.autocast { cx.c } else { q.dt };
+            let target = if cx.autocast { cx.compute_dtype } else { q.dtype };
             let (qc, qcp) = to(g, q, target)?;
             let (kc, kcp) = to(g, k, target)?;
             let (vc, vcp) = to(g, v, target)?;
@@ -69,7 +75,7 @@ pub(super) fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R
             // contiguous in `[B, H, S, D]` (by NeoX's partial-rotary `cat`) makes the
             // `transpose(1, 2).reshape(...)` before the output projection a copy.
             if partial_rotary(s) {
-                let copy = new(g, out.dt, out.numel)?;
+                let copy = new(g, out.dtype, out.numel)?;
                 g.record(&[copy.id], &[], vec![Grad::Pass(out.id)]);
                 g.drop(out.id);
                 copy
@@ -79,7 +85,7 @@ pub(super) fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R
         }
         Kernel::Math | Kernel::Eager => {
             // scores = q @ kᵀ (scaled), + mask, softmax in fp32, dropout, @ v.
-            let mm_dt = if cx.autocast { cx.c } else { q.dt };
+            let mm_dt = if cx.autocast { cx.compute_dtype } else { q.dtype };
             let math = kernel == Kernel::Math;
             // The math kernel upcasts 16-bit inputs to fp32 on the CPU and scales q and k.
             let work_dt = if math && cx.cpu { DType::F32 } else { mm_dt };
@@ -127,20 +133,20 @@ pub(super) fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R
             let mut cur = sc;
             if !math {
                 // HF eager: `* scaling` (a new tensor) then `+ mask`.
-                let scaled = unary(g, cur, cur.dt, false, false)?;
+                let scaled = unary(g, cur, cur.dtype, false, false)?;
                 g.drop(cur.id);
                 cur = scaled;
             }
             if let Some(_cap) = s.attn_softcap {
-                let d = unary(g, cur, cur.dt, false, false)?;
+                let d = unary(g, cur, cur.dtype, false, false)?;
                 g.drop(cur.id);
-                let t = unary(g, d, d.dt, false, true)?;
+                let t = unary(g, d, d.dtype, false, true)?;
                 g.drop(d.id);
-                let m = unary(g, t, t.dt, false, false)?;
+                let m = unary(g, t, t.dtype, false, false)?;
                 g.drop(t.id);
                 cur = m;
             }
-            let masked = unary(g, cur, cur.dt, false, false)?;
+            let masked = unary(g, cur, cur.dtype, false, false)?;
             g.drop(cur.id);
             // Llama-family eager code calls softmax(dtype=float32).to(q.dtype): a fp32 copy of a
             // 16-bit input, then the saved fp32 result. GPT-2 and BERT call plain softmax, which
@@ -152,7 +158,7 @@ pub(super) fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R
             let softmax_dt = if math || explicit_fp32 || (cx.autocast && cx.cuda_autocast) {
                 DType::F32
             } else {
-                masked.dt
+                masked.dtype
             };
             let (m32, copied) = to(g, masked, softmax_dt)?;
             if copied {
@@ -162,7 +168,7 @@ pub(super) fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R
             g.drop(m32.id);
             // .to(query dtype)
             let (pq, copied) =
-                if math || !explicit_fp32 { (probs, false) } else { to(g, probs, q.dt)? };
+                if math || !explicit_fp32 { (probs, false) } else { to(g, probs, q.dtype)? };
             if copied {
                 g.drop(probs.id);
             }
@@ -204,7 +210,7 @@ pub(super) fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R
                 g.drop(o.id);
             }
             // `[B, H, S, D]` → `transpose(1, 2).reshape(B, S, H·D)`: a copy.
-            let copy = new(g, oc.dt, oc.numel)?;
+            let copy = new(g, oc.dtype, oc.numel)?;
             g.record(&[copy.id], &[], vec![Grad::Pass(oc.id)]);
             g.drop(oc.id);
             copy
@@ -221,8 +227,8 @@ pub(super) fn attention_core(g: &mut Graph, cx: &Ctx<'_>, q: T, k: T, v: T) -> R
 
 /// `.contiguous()` / `reshape` of a non-contiguous view: a copy whose backward passes the
 /// gradient through.
-fn contiguous(g: &mut Graph, x: T) -> R<T> {
-    let c = new(g, x.dt, x.numel)?;
+fn contiguous(g: &mut Graph, x: Tensor) -> Result<Tensor> {
+    let c = new(g, x.dtype, x.numel)?;
     g.record(&[c.id], &[], vec![Grad::Pass(x.id)]);
     Ok(c)
 }
@@ -242,7 +248,7 @@ pub(super) enum Kernel {
 /// Which attention kernel runs. HF `eager` is its own Python code. SDPA picks flash for
 /// 16-bit inputs on CUDA (efficient for fp32); the CPU has one flash kernel for all dtypes but
 /// falls back to the math kernel when attention dropout is on.
-pub(super) fn effective_kernel(cx: &Ctx<'_>) -> Kernel {
+pub(super) fn effective_kernel(cx: &Context<'_>) -> Kernel {
     match cx.setup.attention {
         Attention::Eager => Kernel::Eager,
         Attention::Flash => Kernel::Flash,
@@ -252,7 +258,7 @@ pub(super) fn effective_kernel(cx: &Ctx<'_>) -> Kernel {
                 if dropout || cx.spec.attn_softcap.is_some() { Kernel::Math } else { Kernel::Flash }
             } else if cx.spec.attn_softcap.is_some() {
                 Kernel::Math
-            } else if cx.c == DType::F32 {
+            } else if cx.compute_dtype == DType::F32 {
                 Kernel::Efficient
             } else {
                 Kernel::Flash

@@ -3,19 +3,25 @@
 
 use super::attention::attention_core;
 use super::ops::{activation, add, dropout, linear, mul2, new, norm, rotary, to, unary};
-use super::{Ctx, LayerParams, Model, R, T, mul};
+use super::{Context, LayerParams, Model, Result, Tensor, mul};
 use crate::graph::{Grad, Graph, ParamId};
 use crate::model::{Head, Positions};
 use crate::units::DType;
 
 /// One transformer layer's forward; returns the new hidden state (the input stays alive for
 /// the caller to drop).
-pub(super) fn layer_forward(g: &mut Graph, cx: &Ctx<'_>, m: &Model, x: T, layer: usize) -> R<T> {
+pub(super) fn layer_forward(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    m: &Model,
+    x: Tensor,
+    layer: usize,
+) -> Result<Tensor> {
     let s = cx.spec;
     let Some(lp) = m.layers.get(layer) else { return Ok(x) };
-    let n = cx.n;
+    let n = cx.tokens;
     let post_norm = s.head == Head::MaskedLm;
-    let trig_dt = x.dt;
+    let trig_dt = x.dtype;
     // Attention block.
     let a_in = if post_norm { x } else { norm(g, cx, x, &lp.norm1, n)? };
     let (q, k, v) = if s.fused_qkv {
@@ -28,8 +34,8 @@ pub(super) fn layer_forward(g: &mut Graph, cx: &Ctx<'_>, m: &Model, x: T, layer:
             lp.qkv_bias.first().copied(),
         )?;
         // q, k, v are views of one buffer; the kernel's casts/copies are what get saved.
-        let q = T { numel: mul(n, s.q_width())?, ..qkv };
-        let k = T { numel: mul(n, s.kv_width())?, ..qkv };
+        let q = Tensor { numel: mul(n, s.q_width())?, ..qkv };
+        let k = Tensor { numel: mul(n, s.kv_width())?, ..qkv };
         (q, k, k)
     } else {
         let q = linear(g, cx, a_in, s.q_width(), lp.qkv[0], lp.qkv_bias.first().copied())?;
@@ -138,34 +144,34 @@ pub(super) fn layer_forward(g: &mut Graph, cx: &Ctx<'_>, m: &Model, x: T, layer:
     Ok(y)
 }
 
-pub(super) fn mlp(g: &mut Graph, cx: &Ctx<'_>, lp: &LayerParams, x: T) -> R<T> {
+pub(super) fn mlp(g: &mut Graph, cx: &Context<'_>, lp: &LayerParams, x: Tensor) -> Result<Tensor> {
     let s = cx.spec;
     mlp_expert(g, cx, x, &lp.mlp, &lp.mlp_bias, s.intermediate_size)
 }
 
 pub(super) fn mlp_expert(
     g: &mut Graph,
-    cx: &Ctx<'_>,
-    x: T,
+    cx: &Context<'_>,
+    x: Tensor,
     w: &[ParamId],
     bias: &[ParamId],
     i: u64,
-) -> R<T> {
+) -> Result<Tensor> {
     let s = cx.spec;
     let tokens = x.numel / s.hidden_size.max(1);
-    let cx_tokens = Ctx { n: tokens, ..*cx };
+    let cx_tokens = Context { tokens: tokens, ..*cx };
     let cx = &cx_tokens;
     if s.gated_mlp {
         let (gate, up) = if s.fused_gate_up {
             let gu = linear(g, cx, x, 2 * i, w[0], None)?;
-            (T { numel: mul(tokens, i)?, ..gu }, Some(gu))
+            (Tensor { numel: mul(tokens, i)?, ..gu }, Some(gu))
         } else {
             (linear(g, cx, x, i, w[0], None)?, None)
         };
         let a = activation(g, cx, gate)?;
         let upt = match up {
             // Phi-3 chunks the fused output: gate and up are views of it.
-            Some(gu) => T { numel: mul(tokens, i)?, ..gu },
+            Some(gu) => Tensor { numel: mul(tokens, i)?, ..gu },
             None => linear(g, cx, x, i, w[1], None)?,
         };
         let p = mul2(g, upt, a)?;
@@ -191,7 +197,7 @@ pub(super) fn mlp_expert(
 /// gathered once per chosen expert (`tokens × top_k` rows, whatever the routing), run through
 /// the experts' fused gate/up and down projections, scaled by its routing weight (fp32) and
 /// added back into a zero-initialised output.
-pub(super) fn moe(g: &mut Graph, cx: &Ctx<'_>, lp: &LayerParams, x: T) -> R<T> {
+pub(super) fn moe(g: &mut Graph, cx: &Context<'_>, lp: &LayerParams, x: Tensor) -> Result<Tensor> {
     let s = cx.spec;
     let Some(m) = s.moe else { return mlp(g, cx, lp, x) };
     let (Some(router), Some(&gate_up), Some(&down)) = (lp.router, lp.mlp.first(), lp.mlp.get(1))
@@ -208,27 +214,27 @@ pub(super) fn moe(g: &mut Graph, cx: &Ctx<'_>, lp: &LayerParams, x: T) -> R<T> {
     }
     g.drop(logits.id);
     // top-k values, renormalised: small fp32 [tokens, k].
-    let weights = new(g, DType::F32, mul(cx.n, m.top_k)?)?;
+    let weights = new(g, DType::F32, mul(cx.tokens, m.top_k)?)?;
     g.record(&[weights.id], &[], vec![Grad::New(probs.id, probs.bytes())]);
     g.drop(probs.id);
-    let out = new(g, x.dt, x.numel)?;
-    let rows = mul(cx.n, m.top_k)?;
-    let rcx = Ctx { n: rows, ..*cx };
-    let sel = new(g, x.dt, mul(rows, h)?)?;
+    let out = new(g, x.dtype, x.numel)?;
+    let rows = mul(cx.tokens, m.top_k)?;
+    let rcx = Context { tokens: rows, ..*cx };
+    let sel = new(g, x.dtype, mul(rows, h)?)?;
     g.record(&[sel.id], &[], vec![Grad::New(x.id, x.bytes())]);
     let gu = linear(g, &rcx, sel, 2 * i, gate_up, None)?;
     g.drop(sel.id);
-    let gate = T { numel: mul(rows, i)?, ..gu };
+    let gate = Tensor { numel: mul(rows, i)?, ..gu };
     let a = activation(g, &rcx, gate)?;
     let p = mul2(g, a, gate)?;
     g.drop(a.id);
     g.drop(gu.id);
     let d = linear(g, &rcx, p, h, down, None)?;
     g.drop(p.id);
-    let wd = mul2(g, d, T { numel: rows, ..weights })?;
+    let wd = mul2(g, d, Tensor { numel: rows, ..weights })?;
     g.drop(d.id);
     g.drop(weights.id);
-    let (wc, copied) = to(g, wd, x.dt)?;
+    let (wc, copied) = to(g, wd, x.dtype)?;
     if copied {
         g.drop(wd.id);
     }

@@ -17,21 +17,21 @@ use crate::units::{DType, Overflow};
 
 /// A tensor in flight: its storage, dtype and element count.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct T {
+pub(crate) struct Tensor {
     pub(crate) id: crate::timeline::Tid,
-    pub(crate) dt: DType,
+    pub(crate) dtype: DType,
     pub(crate) numel: u64,
 }
 
-impl T {
+impl Tensor {
     fn bytes(self) -> u64 {
-        self.numel * self.dt.size()
+        self.numel * self.dtype.size()
     }
 }
 
-type R<X> = Result<X, Overflow>;
+type Result<X> = std::result::Result<X, Overflow>;
 
-fn mul(a: u64, b: u64) -> R<u64> {
+fn mul(a: u64, b: u64) -> Result<u64> {
     a.checked_mul(b).ok_or(Overflow)
 }
 
@@ -58,15 +58,15 @@ pub(crate) struct LayerParams {
 type ParamIdOpt = Option<ParamId>;
 
 /// Everything fixed for one estimate.
-pub(crate) struct Ctx<'a> {
+pub(crate) struct Context<'a> {
     pub(crate) spec: &'a ModelSpec,
     pub(crate) setup: &'a TrainSetup,
     /// Tokens per micro-batch.
-    pub(crate) n: u64,
+    pub(crate) tokens: u64,
     /// Parameter dtype.
-    pub(crate) p: DType,
+    pub(crate) param_dtype: DType,
     /// Matmul dtype.
-    pub(crate) c: DType,
+    pub(crate) compute_dtype: DType,
     pub(crate) autocast: bool,
     pub(crate) cpu: bool,
     /// Autocast follows CUDA's op lists (fp32 for layer_norm, softmax, pow, ...) rather than
@@ -74,10 +74,10 @@ pub(crate) struct Ctx<'a> {
     pub(crate) cuda_autocast: bool,
 }
 
-impl Ctx<'_> {
+impl Context<'_> {
     /// Dtype of a matmul output given its input's dtype.
     fn mm_out(&self, x: DType) -> DType {
-        if self.autocast { self.c } else { x }
+        if self.autocast { self.compute_dtype } else { x }
     }
 }
 
@@ -94,12 +94,12 @@ pub(crate) struct Model {
 }
 
 /// Registers the model's parameters (resident from the start).
-pub(crate) fn build_model(g: &mut Graph, cx: &Ctx<'_>) -> R<Model> {
+pub(crate) fn build_model(g: &mut Graph, cx: &Context<'_>) -> Result<Model> {
     let s = cx.spec;
     let h = s.hidden_size;
-    let p = cx.p.size();
-    let cast = |numel: u64| if cx.autocast { numel * cx.c.size() } else { 0 };
-    let mut param = |g: &mut Graph, numel: u64, matmul: bool| -> R<ParamId> {
+    let p = cx.param_dtype.size();
+    let cast = |numel: u64| if cx.autocast { numel * cx.compute_dtype.size() } else { 0 };
+    let mut param = |g: &mut Graph, numel: u64, matmul: bool| -> Result<ParamId> {
         let bytes = mul(numel, p)?;
         g.tl.alloc(crate::timeline::Component::Parameters, bytes)?;
         Ok(g.add_param(bytes, if matmul { cast(numel) } else { 0 }))
@@ -107,16 +107,16 @@ pub(crate) fn build_model(g: &mut Graph, cx: &Ctx<'_>) -> R<Model> {
     let matrix = |g: &mut Graph,
                   rows: u64,
                   cols: u64,
-                  param: &mut dyn FnMut(&mut Graph, u64, bool) -> R<ParamId>|
-     -> R<ParamId> {
+                  param: &mut dyn FnMut(&mut Graph, u64, bool) -> Result<ParamId>|
+     -> Result<ParamId> {
         let id = param(g, mul(rows, cols)?, true)?;
         g.set_matrix(id, rows, cols);
         Ok(id)
     };
     let norm = |g: &mut Graph,
-                param: &mut dyn FnMut(&mut Graph, u64, bool) -> R<ParamId>,
+                param: &mut dyn FnMut(&mut Graph, u64, bool) -> Result<ParamId>,
                 width: u64|
-     -> R<Vec<ParamId>> {
+     -> Result<Vec<ParamId>> {
         let mut v = vec![param(g, width, false)?];
         if s.norm == Norm::LayerNorm {
             v.push(param(g, width, true)?);
@@ -126,8 +126,8 @@ pub(crate) fn build_model(g: &mut Graph, cx: &Ctx<'_>) -> R<Model> {
     let table = |g: &mut Graph,
                  rows: u64,
                  cols: u64,
-                 param: &mut dyn FnMut(&mut Graph, u64, bool) -> R<ParamId>|
-     -> R<ParamId> {
+                 param: &mut dyn FnMut(&mut Graph, u64, bool) -> Result<ParamId>|
+     -> Result<ParamId> {
         let id = param(g, mul(rows, cols)?, false)?;
         g.set_matrix(id, rows, cols);
         Ok(id)
@@ -221,7 +221,9 @@ pub(crate) fn build_model(g: &mut Graph, cx: &Ctx<'_>) -> R<Model> {
         if s.head == Head::MaskedLm { Some(param(g, s.vocab_size, true)?) } else { None };
     // Buffers: rotary inverse frequencies (two copies), BERT's position and token-type ids.
     let buffers = match s.positions {
-        Positions::Rotary { dims } => dims / 2 * 2 * if cx.p == DType::F32 { 4 } else { 2 },
+        Positions::Rotary { dims } => {
+            dims / 2 * 2 * if cx.param_dtype == DType::F32 { 4 } else { 2 }
+        }
         Positions::Learned { max_positions } if s.head == Head::MaskedLm => max_positions * 16,
         Positions::Learned { .. } => 0,
     };
@@ -242,23 +244,23 @@ pub(crate) fn build_model(g: &mut Graph, cx: &Ctx<'_>) -> R<Model> {
 }
 
 /// Embedding lookup (and positions, token types, scaling, dropout, BERT's LayerNorm).
-fn embed(g: &mut Graph, cx: &Ctx<'_>, m: &Model) -> R<T> {
+fn embed(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<Tensor> {
     let s = cx.spec;
-    let n = cx.n;
+    let n = cx.tokens;
     let h = s.hidden_size;
     let e = mul(n, h)?;
     let grad_of = |g: &Graph, p: ParamId| Grad::Param(p, g.params.get(p.0).map_or(0, |x| x.bytes));
     // The dense weight gradient of `embedding` is one table-sized buffer (`zeros` filled by
     // `index_add`); with tied embeddings it then meets the output projection's gradient.
-    let mut x = new(g, cx.p, e)?;
+    let mut x = new(g, cx.param_dtype, e)?;
     g.record(&[x.id], &[], vec![grad_of(g, m.embed)]);
     if s.scaled_embeddings {
-        let y = unary(g, x, x.dt, false, false)?;
+        let y = unary(g, x, x.dtype, false, false)?;
         g.drop(x.id);
         x = y;
     }
     if let Some(tt) = m.token_types {
-        let t = new(g, cx.p, e)?;
+        let t = new(g, cx.param_dtype, e)?;
         g.record(&[t.id], &[], vec![grad_of(g, tt)]);
         let y = add(g, x, t)?;
         g.drop(x.id);
@@ -271,7 +273,7 @@ fn embed(g: &mut Graph, cx: &Ctx<'_>, m: &Model) -> R<T> {
         // saves them; BERT slices its registered buffer (a view).
         let ids =
             if s.head == Head::MaskedLm { None } else { Some(g.alloc(mul(cx.setup.seq_len, 8)?)?) };
-        let t = new(g, cx.p, per)?;
+        let t = new(g, cx.param_dtype, per)?;
         g.record(&[t.id], ids.as_slice(), vec![grad_of(g, pp)]);
         if let Some(i) = ids {
             g.drop(i);
@@ -294,16 +296,16 @@ fn embed(g: &mut Graph, cx: &Ctx<'_>, m: &Model) -> R<T> {
 }
 
 /// The head and the loss. Returns the loss tensor (its gradient seeds backward).
-fn head_and_loss(g: &mut Graph, cx: &Ctx<'_>, m: &Model, h: T) -> R<T> {
+fn head_and_loss(g: &mut Graph, cx: &Context<'_>, m: &Model, h: Tensor) -> Result<Tensor> {
     let s = cx.spec;
-    let n = cx.n;
+    let n = cx.tokens;
     let v = s.vocab_size;
     let mut x = h;
     let mut owned = false;
     if s.head == Head::MaskedLm {
         // transform: dense + gelu + LayerNorm
         let d = linear(g, cx, x, s.hidden_size, m.mlm[0], m.mlm.get(1).copied())?;
-        let a = unary(g, d, d.dt, true, false)?;
+        let a = unary(g, d, d.dtype, true, false)?;
         g.drop(d.id);
         let ln = norm(g, cx, a, &m.mlm[2..], n)?;
         g.drop(a.id);
@@ -315,11 +317,11 @@ fn head_and_loss(g: &mut Graph, cx: &Ctx<'_>, m: &Model, h: T) -> R<T> {
         g.drop(x.id);
     }
     let logits = if let Some(_cap) = s.final_softcap {
-        let a = unary(g, logits, logits.dt, false, false)?;
+        let a = unary(g, logits, logits.dtype, false, false)?;
         g.drop(logits.id);
-        let t = unary(g, a, a.dt, false, true)?;
+        let t = unary(g, a, a.dtype, false, true)?;
         g.drop(a.id);
-        let b = unary(g, t, t.dt, false, false)?;
+        let b = unary(g, t, t.dtype, false, false)?;
         g.drop(t.id);
         b
     } else {
@@ -328,7 +330,7 @@ fn head_and_loss(g: &mut Graph, cx: &Ctx<'_>, m: &Model, h: T) -> R<T> {
     // Causal LMs use `ForCausalLMLoss`: logits.float(), then cross_entropy = log_softmax + nll.
     // BERT/RoBERTa call `CrossEntropyLoss()` on the logits as they are; autocast (CPU and
     // CUDA alike) runs cross_entropy in fp32, pure bf16 keeps it in bf16.
-    let loss_dt = if s.head == Head::CausalLm || cx.autocast { DType::F32 } else { logits.dt };
+    let loss_dt = if s.head == Head::CausalLm || cx.autocast { DType::F32 } else { logits.dtype };
     let (l32, copied) = to(g, logits, loss_dt)?;
     let logp = unary(g, l32, loss_dt, false, true)?;
     if copied {
@@ -343,10 +345,10 @@ fn head_and_loss(g: &mut Graph, cx: &Ctx<'_>, m: &Model, h: T) -> R<T> {
 }
 
 /// One micro-batch: forward, loss, backward.
-fn micro_batch(g: &mut Graph, cx: &Ctx<'_>, m: &Model) -> R<()> {
+fn micro_batch(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<()> {
     let s = cx.spec;
     g.tl.set_phase(Phase::Forward);
-    let ids = g.alloc(mul(cx.n, 8)?)?;
+    let ids = g.alloc(mul(cx.tokens, 8)?)?;
     let mut x = embed(g, cx, m)?;
     let shared = layer_inputs(g, cx)?;
     let checkpoint = cx.setup.checkpointing == Checkpointing::Full;
@@ -366,7 +368,7 @@ fn micro_batch(g: &mut Graph, cx: &Ctx<'_>, m: &Model) -> R<()> {
         x = y;
     }
     let h = if s.head == Head::CausalLm {
-        let y = norm(g, cx, x, &m.final_norm, cx.n)?;
+        let y = norm(g, cx, x, &m.final_norm, cx.tokens)?;
         g.drop(x.id);
         y
     } else {
@@ -382,13 +384,16 @@ fn micro_batch(g: &mut Graph, cx: &Ctx<'_>, m: &Model) -> R<()> {
     g.clear_autocast_cache();
     g.tl.set_phase(Phase::Backward);
     g.seed_grad(loss.id, 4)?;
-    let mut replay =
-        |g: &mut Graph, input: crate::timeline::Tid, layer: usize| -> R<crate::timeline::Tid> {
-            let x = T { id: input, dt: hidden_dtype(cx), numel: mul(cx.n, s.hidden_size)? };
-            let y = layer_forward(g, cx, m, x, layer)?;
-            g.clear_autocast_cache();
-            Ok(y.id)
-        };
+    let mut replay = |g: &mut Graph,
+                      input: crate::timeline::Tid,
+                      layer: usize|
+     -> Result<crate::timeline::Tid> {
+        let x =
+            Tensor { id: input, dtype: hidden_dtype(cx), numel: mul(cx.tokens, s.hidden_size)? };
+        let y = layer_forward(g, cx, m, x, layer)?;
+        g.clear_autocast_cache();
+        Ok(y.id)
+    };
     g.backward(0, &mut replay)?;
     g.drop(loss.id);
     g.drop(ids);
@@ -403,7 +408,7 @@ fn micro_batch(g: &mut Graph, cx: &Ctx<'_>, m: &Model) -> R<()> {
 ///
 /// SDPA gets no mask (`is_causal=True`) and BERT/RoBERTa none without padding. (The CPU oracle
 /// also builds a bool `[B, 1, S, S]` mask for SDPA: a fake-tensor artefact, see ACCURACY.md.)
-fn layer_inputs(g: &mut Graph, cx: &Ctx<'_>) -> R<Vec<crate::timeline::Tid>> {
+fn layer_inputs(g: &mut Graph, cx: &Context<'_>) -> Result<Vec<crate::timeline::Tid>> {
     let s = cx.spec;
     let b = cx.setup.micro_batch;
     let seq = cx.setup.seq_len;
@@ -427,8 +432,8 @@ fn layer_inputs(g: &mut Graph, cx: &Ctx<'_>) -> R<Vec<crate::timeline::Tid>> {
 }
 
 /// The residual stream's dtype: the parameters' (fp32 under autocast: additions promote).
-fn hidden_dtype(cx: &Ctx<'_>) -> DType {
-    cx.p
+fn hidden_dtype(cx: &Context<'_>) -> DType {
+    cx.param_dtype
 }
 
 /// Runs one steady-state training iteration (micro-batches, step, `zero_grad`) and returns the
@@ -442,7 +447,7 @@ pub(crate) fn simulate(
     setup: &TrainSetup,
     cuda_autocast: bool,
     record: Option<usize>,
-) -> R<(Graph, Vec<u64>)> {
+) -> Result<(Graph, Vec<u64>)> {
     simulate_micro_batches(spec, setup, cuda_autocast, record, setup.grad_accum.min(2))
 }
 
@@ -452,14 +457,14 @@ fn simulate_micro_batches(
     cuda_autocast: bool,
     record: Option<usize>,
     micro_batches: u64,
-) -> R<(Graph, Vec<u64>)> {
+) -> Result<(Graph, Vec<u64>)> {
     let precision = setup.precision;
-    let cx = Ctx {
+    let cx = Context {
         spec,
         setup,
-        n: mul(setup.micro_batch, setup.seq_len)?,
-        p: precision.param_dtype(),
-        c: precision.compute_dtype(),
+        tokens: mul(setup.micro_batch, setup.seq_len)?,
+        param_dtype: precision.param_dtype(),
+        compute_dtype: precision.compute_dtype(),
         autocast: precision.autocast(),
         cpu: setup.target == Target::CpuOracle,
         cuda_autocast,
@@ -481,8 +486,8 @@ fn simulate_micro_batches(
         // autograd device thread.
         g.tl.alloc(crate::timeline::Component::Workspace, 2 * 8_519_680)?;
     }
-    let sizes: Vec<u64> = g.params.iter().map(|p| p.bytes / cx.p.size()).collect();
-    let mut opt = crate::optim::OptimizerRun::new(setup, cx.p, &sizes, cx.cpu);
+    let sizes: Vec<u64> = g.params.iter().map(|p| p.bytes / cx.param_dtype.size()).collect();
+    let mut opt = crate::optim::OptimizerRun::new(setup, cx.param_dtype, &sizes, cx.cpu);
     // The steady state: the optimizer state exists before the forward (the previous step
     // created it). The first iteration of a run is the same stream without that state, and
     // its first `step()` creates the state with every gradient alive, which is exactly the

@@ -1,22 +1,22 @@
 //! The ops a transformer's forward is made of, each allocating its output and recording what
 //! autograd saves and how its backward makes the inputs' gradients.
 
-use super::{Ctx, R, T, mul, promote};
+use super::{Context, Result, Tensor, mul, promote};
 use crate::graph::{Grad, Graph, ParamId};
 use crate::model::{Activation, Norm};
 use crate::units::DType;
 
 /// Allocates a fresh tensor.
-pub(super) fn new(g: &mut Graph, dt: DType, numel: u64) -> R<T> {
-    Ok(T { id: g.alloc(mul(numel, dt.size())?)?, dt, numel })
+pub(super) fn new(g: &mut Graph, dtype: DType, numel: u64) -> Result<Tensor> {
+    Ok(Tensor { id: g.alloc(mul(numel, dtype.size())?)?, dtype, numel })
 }
 
-/// `x.to(dt)`: a copy if the dtype changes (ToCopyBackward saves nothing).
-pub(super) fn to(g: &mut Graph, x: T, dt: DType) -> R<(T, bool)> {
-    if x.dt == dt {
+/// `x.to(dtype)`: a copy if the dtype changes (ToCopyBackward saves nothing).
+pub(super) fn to(g: &mut Graph, x: Tensor, dtype: DType) -> Result<(Tensor, bool)> {
+    if x.dtype == dtype {
         return Ok((x, false));
     }
-    let y = new(g, dt, x.numel)?;
+    let y = new(g, dtype, x.numel)?;
     g.record(&[y.id], &[], vec![Grad::New(x.id, x.bytes())]);
     Ok((y, true))
 }
@@ -25,26 +25,28 @@ pub(super) fn to(g: &mut Graph, x: T, dt: DType) -> R<(T, bool)> {
 /// call) and the weight comes from the cast cache; the node saves both.
 pub(super) fn linear(
     g: &mut Graph,
-    cx: &Ctx<'_>,
-    x: T,
+    cx: &Context<'_>,
+    x: Tensor,
     out_features: u64,
     w: ParamId,
     bias: Option<ParamId>,
-) -> R<T> {
-    let in_features = x.numel / cx.n.max(1);
-    let (xc, copied) = if cx.autocast { to(g, x, cx.c)? } else { (x, false) };
+) -> Result<Tensor> {
+    let in_features = x.numel / cx.tokens.max(1);
+    let (xc, copied) = if cx.autocast { to(g, x, cx.compute_dtype)? } else { (x, false) };
     let wc = g.weight_for_matmul(w)?;
     // The bias's cast copy lives in the cache only: addmm's backward needs no bias.
     if let Some(b) = bias {
         g.weight_for_matmul(b)?;
     }
-    let odt = cx.mm_out(x.dt);
-    let y = new(g, odt, mul(cx.n, out_features)?)?;
+    let odt = cx.mm_out(x.dtype);
+    let y = new(g, odt, mul(cx.tokens, out_features)?)?;
     let mut saved = vec![xc.id];
     saved.extend(wc);
     // The weight's gradient has the whole parameter's shape (for MoE experts, all of them).
-    let w_numel =
-        g.params.get(w.0).map_or(mul(in_features, out_features)?, |p| p.bytes / cx.p.size());
+    let w_numel = g
+        .params
+        .get(w.0)
+        .map_or(mul(in_features, out_features)?, |p| p.bytes / cx.param_dtype.size());
     let mut grads =
         vec![Grad::New(xc.id, xc.bytes()), Grad::ParamCast(w, mul(w_numel, odt.size())?)];
     if let Some(b) = bias {
@@ -57,9 +59,15 @@ pub(super) fn linear(
     Ok(y)
 }
 
-/// An element-wise op producing `dt`; `save_in`/`save_out` say what its backward keeps.
-pub(super) fn unary(g: &mut Graph, x: T, dt: DType, save_in: bool, save_out: bool) -> R<T> {
-    let y = new(g, dt, x.numel)?;
+/// An element-wise op producing `dtype`; `save_in`/`save_out` say what its backward keeps.
+pub(super) fn unary(
+    g: &mut Graph,
+    x: Tensor,
+    dtype: DType,
+    save_in: bool,
+    save_out: bool,
+) -> Result<Tensor> {
+    let y = new(g, dtype, x.numel)?;
     let mut saved = Vec::new();
     if save_in {
         saved.push(x.id);
@@ -72,37 +80,44 @@ pub(super) fn unary(g: &mut Graph, x: T, dt: DType, save_in: bool, save_out: boo
 }
 
 /// `a * b` with both requiring grad: saves both.
-pub(super) fn mul2(g: &mut Graph, a: T, b: T) -> R<T> {
-    let y = new(g, promote(a.dt, b.dt), a.numel.max(b.numel))?;
+pub(super) fn mul2(g: &mut Graph, a: Tensor, b: Tensor) -> Result<Tensor> {
+    let y = new(g, promote(a.dtype, b.dtype), a.numel.max(b.numel))?;
     g.record(&[y.id], &[a.id, b.id], vec![Grad::New(a.id, a.bytes()), Grad::New(b.id, b.bytes())]);
     Ok(y)
 }
 
 /// `a + b` (residual): saves nothing; gradients pass through (cast where dtypes differ).
-pub(super) fn add(g: &mut Graph, a: T, b: T) -> R<T> {
-    let dt = promote(a.dt, b.dt);
-    let y = new(g, dt, a.numel.max(b.numel))?;
-    let grad = |t: T| if t.dt == dt { Grad::Pass(t.id) } else { Grad::New(t.id, t.bytes()) };
+pub(super) fn add(g: &mut Graph, a: Tensor, b: Tensor) -> Result<Tensor> {
+    let dtype = promote(a.dtype, b.dtype);
+    let y = new(g, dtype, a.numel.max(b.numel))?;
+    let grad =
+        |t: Tensor| if t.dtype == dtype { Grad::Pass(t.id) } else { Grad::New(t.id, t.bytes()) };
     g.record(&[y.id], &[], vec![grad(a), grad(b)]);
     Ok(y)
 }
 
 /// Dropout in training mode with `0 < p < 1`. On CUDA, `native_dropout` saves a 1-byte mask;
 /// on the CPU the composite path multiplies by a noise tensor of the input's dtype and saves it.
-pub(super) fn dropout(g: &mut Graph, cx: &Ctx<'_>, x: T, p: f64) -> R<T> {
+pub(super) fn dropout(g: &mut Graph, cx: &Context<'_>, x: Tensor, p: f64) -> Result<Tensor> {
     if p <= 0.0 {
         return Ok(x);
     }
-    let mask_dt = if cx.cpu { x.dt } else { DType::Bool };
+    let mask_dt = if cx.cpu { x.dtype } else { DType::Bool };
     let mask = new(g, mask_dt, x.numel)?;
-    let y = new(g, x.dt, x.numel)?;
+    let y = new(g, x.dtype, x.numel)?;
     g.record(&[y.id], &[mask.id], vec![Grad::New(x.id, x.bytes())]);
     g.drop(mask.id);
     Ok(y)
 }
 
 /// A norm over the hidden dimension; returns its output.
-pub(super) fn norm(g: &mut Graph, cx: &Ctx<'_>, x: T, params: &[ParamId], rows: u64) -> R<T> {
+pub(super) fn norm(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    x: Tensor,
+    params: &[ParamId],
+    rows: u64,
+) -> Result<Tensor> {
     let small = mul(rows, 4)?;
     let w = params.first().copied();
     let wgrad = |g: &Graph, w: Option<ParamId>| {
@@ -114,7 +129,7 @@ pub(super) fn norm(g: &mut Graph, cx: &Ctx<'_>, x: T, params: &[ParamId], rows: 
             // CUDA autocast runs layer_norm in fp32 (a cast copy if the input is 16-bit).
             let (xi, copied) =
                 if cx.autocast && cx.cuda_autocast { to(g, x, DType::F32)? } else { (x, false) };
-            let y = new(g, xi.dt, xi.numel)?;
+            let y = new(g, xi.dtype, xi.numel)?;
             let stats = g.alloc(mul(small, 2)?)?;
             let mut grads = vec![Grad::New(xi.id, xi.bytes())];
             grads.extend(
@@ -134,7 +149,7 @@ pub(super) fn norm(g: &mut Graph, cx: &Ctx<'_>, x: T, params: &[ParamId], rows: 
             let mean = g.alloc(small)?;
             g.record(&[mean], &[], vec![Grad::New(pow.id, pow.bytes())]);
             g.drop(pow.id);
-            let rs = T { id: g.alloc(small)?, dt: DType::F32, numel: rows };
+            let rs = Tensor { id: g.alloc(small)?, dtype: DType::F32, numel: rows };
             g.record(&[rs.id], &[rs.id], vec![Grad::New(mean, small)]);
             g.drop(mean);
             let hn = new(g, DType::F32, x32.numel)?;
@@ -154,18 +169,18 @@ pub(super) fn norm(g: &mut Graph, cx: &Ctx<'_>, x: T, params: &[ParamId], rows: 
                 grads.extend(wgrad(g, w));
                 g.record(&[y.id], &[hn.id], grads);
                 g.drop(hn.id);
-                let (yc, copied) = to(g, y, x.dt)?;
+                let (yc, copied) = to(g, y, x.dtype)?;
                 if copied {
                     g.drop(y.id);
                 }
                 yc
             } else {
                 // weight * h.to(input_dtype)
-                let (hc, copied) = to(g, hn, x.dt)?;
+                let (hc, copied) = to(g, hn, x.dtype)?;
                 if copied {
                     g.drop(hn.id);
                 }
-                let odt = promote(cx.p, hc.dt);
+                let odt = promote(cx.param_dtype, hc.dtype);
                 let y = new(g, odt, hc.numel)?;
                 let mut grads = vec![Grad::New(hc.id, hc.bytes())];
                 grads.extend(wgrad(g, w));
@@ -183,26 +198,26 @@ pub(super) fn norm(g: &mut Graph, cx: &Ctx<'_>, x: T, params: &[ParamId], rows: 
 /// untouched part back.
 pub(super) fn rotary(
     g: &mut Graph,
-    x: T,
+    x: Tensor,
     trig_dt: DType,
     fraction_num: u64,
     fraction_den: u64,
-) -> R<T> {
+) -> Result<Tensor> {
     let rot = x.numel / fraction_den.max(1) * fraction_num;
-    let odt = promote(x.dt, trig_dt);
-    let a = T { id: g.alloc(mul(rot, odt.size())?)?, dt: odt, numel: rot };
-    g.record(&[a.id], &[], vec![Grad::New(x.id, mul(rot, x.dt.size())?)]);
-    let neg = g.alloc(mul(rot / 2, x.dt.size())?)?;
-    let cat = T { id: g.alloc(mul(rot, x.dt.size())?)?, dt: x.dt, numel: rot };
-    g.record(&[cat.id], &[], vec![Grad::New(x.id, mul(rot, x.dt.size())?)]);
+    let odt = promote(x.dtype, trig_dt);
+    let a = Tensor { id: g.alloc(mul(rot, odt.size())?)?, dtype: odt, numel: rot };
+    g.record(&[a.id], &[], vec![Grad::New(x.id, mul(rot, x.dtype.size())?)]);
+    let neg = g.alloc(mul(rot / 2, x.dtype.size())?)?;
+    let cat = Tensor { id: g.alloc(mul(rot, x.dtype.size())?)?, dtype: x.dtype, numel: rot };
+    g.record(&[cat.id], &[], vec![Grad::New(x.id, mul(rot, x.dtype.size())?)]);
     g.drop(neg);
-    let b = T { id: g.alloc(mul(rot, odt.size())?)?, dt: odt, numel: rot };
+    let b = Tensor { id: g.alloc(mul(rot, odt.size())?)?, dtype: odt, numel: rot };
     g.record(&[b.id], &[], vec![Grad::New(cat.id, cat.bytes())]);
     g.drop(cat.id);
     let sum = add(g, a, b)?;
     g.drop(a.id);
     g.drop(b.id);
-    let sum = T { numel: rot, ..sum };
+    let sum = Tensor { numel: rot, ..sum };
     if rot == x.numel {
         return Ok(sum);
     }
@@ -212,30 +227,30 @@ pub(super) fn rotary(
     Ok(out)
 }
 
-pub(super) fn activation(g: &mut Graph, cx: &Ctx<'_>, x: T) -> R<T> {
+pub(super) fn activation(g: &mut Graph, cx: &Context<'_>, x: Tensor) -> Result<Tensor> {
     match cx.spec.activation {
-        Activation::Silu | Activation::Gelu => unary(g, x, x.dt, true, false),
-        Activation::Relu => unary(g, x, x.dt, false, true),
+        Activation::Silu | Activation::Gelu => unary(g, x, x.dtype, true, false),
+        Activation::Relu => unary(g, x, x.dtype, false, true),
         Activation::GeluPython => {
             // 0.5 * x * (1 + tanh(√(2/π) * (x + 0.044715 * x³))). CUDA autocast runs `pow` in
             // fp32 (a cast copy of x, saved), and fp32 then propagates through the formula;
             // CPU autocast leaves it in the low dtype.
-            let half = unary(g, x, x.dt, false, false)?;
-            let fp32_pow = cx.autocast && cx.cuda_autocast && x.dt != DType::F32;
+            let half = unary(g, x, x.dtype, false, false)?;
+            let fp32_pow = cx.autocast && cx.cuda_autocast && x.dtype != DType::F32;
             let (xp, copied) = if fp32_pow { to(g, x, DType::F32)? } else { (x, false) };
-            let cube = unary(g, xp, xp.dt, true, false)?;
+            let cube = unary(g, xp, xp.dtype, true, false)?;
             if copied {
                 g.drop(xp.id);
             }
-            let c = unary(g, cube, cube.dt, false, false)?;
+            let c = unary(g, cube, cube.dtype, false, false)?;
             g.drop(cube.id);
             let s = add(g, x, c)?;
             g.drop(c.id);
-            let sc = unary(g, s, s.dt, false, false)?;
+            let sc = unary(g, s, s.dtype, false, false)?;
             g.drop(s.id);
-            let t = unary(g, sc, sc.dt, false, true)?;
+            let t = unary(g, sc, sc.dtype, false, true)?;
             g.drop(sc.id);
-            let one = unary(g, t, t.dt, false, false)?;
+            let one = unary(g, t, t.dtype, false, false)?;
             g.drop(t.id);
             let y = mul2(g, half, one)?;
             g.drop(half.id);
