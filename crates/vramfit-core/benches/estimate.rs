@@ -5,23 +5,29 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use vramfit_core::oracle_case::OracleCase;
 use vramfit_core::{
-    Attention, Checkpointing, ModelSpec, Optimizer, Precision, Target, TrainSetup, catalog,
-    estimate,
+    Attention, Checkpointing, Device, ModelSpec, Optimizer, Precision, TrainSetup, catalog,
+    estimate_on,
 };
 
 fn time(spec: &ModelSpec, setup: &TrainSetup) -> Duration {
+    time_on(spec, setup, &Device::CUDA)
+}
+
+fn time_on(spec: &ModelSpec, setup: &TrainSetup, device: &Device) -> Duration {
     // Warm up, then take the median of several batches.
     for _ in 0..3 {
-        black_box(estimate(spec, setup).expect("estimate"));
+        black_box(estimate_on(spec, setup, device).expect("estimate"));
     }
     let mut samples: Vec<Duration> = (0..15)
         .map(|_| {
             let n = 10;
             let start = Instant::now();
             for _ in 0..n {
-                black_box(estimate(black_box(spec), black_box(setup)).expect("estimate"));
+                black_box(
+                    estimate_on(black_box(spec), black_box(setup), device).expect("estimate"),
+                );
             }
             start.elapsed() / n
         })
@@ -63,30 +69,16 @@ fn main() {
         println!("validation/results.jsonl not found: no oracle comparison");
         return;
     };
-    let largest = text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|c| c.get("config_overrides").is_none())
-        .max_by_key(|c| c.get("params").and_then(Value::as_u64).unwrap_or(0));
+    let cases = OracleCase::parse_lines(&text).expect("oracle results parse");
+    let largest = cases.iter().filter(|c| c.config_overrides.is_none()).max_by_key(|c| c.params);
     let Some(case) = largest else { return };
-    let get = |k: &str| case.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
-    let num = |k: &str| case.get(k).and_then(Value::as_u64).unwrap_or(1);
-    let setup = TrainSetup {
-        micro_batch: num("batch"),
-        seq_len: num("seq_len"),
-        precision: get("precision").parse().expect("precision"),
-        optimizer: get("optimizer").parse().expect("optimizer"),
-        attention: get("attention").parse().expect("attention"),
-        checkpointing: get("checkpointing").parse().expect("checkpointing"),
-        grad_accum: num("grad_accum"),
-        target: Target::CpuOracle,
-        ..TrainSetup::default()
-    };
-    let oracle_s = case.get("oracle_seconds").and_then(Value::as_f64).unwrap_or(0.0);
-    let ours = time(&spec(&get("model")), &setup);
+    let setup = case.setup().expect("setup");
+    let device = case.device().expect("device");
+    let oracle_s = case.oracle_seconds;
+    let ours = time_on(&case.spec().expect("spec"), &setup, &device);
     println!(
         "oracle case {}: PyTorch oracle {:.1} s, vramfit {:.3} ms: {:.0}x faster",
-        get("id"),
+        case.id,
         oracle_s,
         ours.as_secs_f64() * 1e3,
         oracle_s / ours.as_secs_f64()

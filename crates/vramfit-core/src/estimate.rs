@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use crate::device::Device;
 use crate::model::ModelSpec;
 use crate::optim::state_bytes;
 use crate::setup::{Attention, Optimizer, Precision, TrainSetup};
@@ -225,22 +226,19 @@ fn warnings(spec: &ModelSpec, setup: &TrainSetup) -> Vec<String> {
     w
 }
 
-/// Predicts the peak memory of one steady-state training step.
+/// Predicts the peak memory of one steady-state training step on a CUDA GPU.
 pub fn estimate(spec: &ModelSpec, setup: &TrainSetup) -> Result<Estimate, EstimateError> {
-    let cuda_autocast = setup.target == crate::setup::Target::Cuda;
-    estimate_with_autocast_rules(spec, setup, cuda_autocast)
+    estimate_on(spec, setup, &Device::CUDA)
 }
 
-/// As [`estimate`], choosing autocast's op lists separately from the target: the CPU oracle
-/// can emulate CUDA's float32 lists (`validation/oracle.py --autocast-rules cuda`), and this
-/// checks vramfit's model of those lists against it. Everything else follows `setup.target`.
-#[doc(hidden)]
-pub fn estimate_with_autocast_rules(
+/// As [`estimate`], on the given device (the validation tests use [`Device::CPU_ORACLE`], and
+/// that device with CUDA's autocast lists, which the oracle can emulate).
+pub fn estimate_on(
     spec: &ModelSpec,
     setup: &TrainSetup,
-    cuda_autocast: bool,
+    device: &Device,
 ) -> Result<Estimate, EstimateError> {
-    run(spec, setup, cuda_autocast, None).map(|(estimate, _)| estimate)
+    run(spec, setup, device, None).map(|(estimate, _)| estimate)
 }
 
 /// As [`estimate`], also recording the step's allocated memory over its events, in at most
@@ -250,8 +248,7 @@ pub fn estimate_timeline(
     setup: &TrainSetup,
     max_points: usize,
 ) -> Result<(Estimate, crate::timeline::StepTimeline), EstimateError> {
-    let cuda_autocast = setup.target == crate::setup::Target::Cuda;
-    let (estimate, timeline) = run(spec, setup, cuda_autocast, Some(max_points))?;
+    let (estimate, timeline) = run(spec, setup, &Device::CUDA, Some(max_points))?;
     Ok((estimate, timeline.unwrap_or_default()))
 }
 
@@ -259,11 +256,11 @@ pub fn estimate_timeline(
 fn run(
     spec: &ModelSpec,
     setup: &TrainSetup,
-    cuda_autocast: bool,
+    device: &Device,
     record: Option<usize>,
 ) -> Result<(Estimate, Option<crate::timeline::StepTimeline>), EstimateError> {
     check_setup(setup)?;
-    let (mut graph, sizes) = simulate(spec, setup, cuda_autocast, record)?;
+    let (mut graph, sizes) = simulate(spec, setup, device, record)?;
     let timeline = graph.tl.take_record();
     Ok((summarize(spec, setup, &graph, &sizes)?, timeline))
 }

@@ -12,10 +12,13 @@
 
 pub mod catalog;
 pub mod count;
+pub mod device;
 pub mod estimate;
 pub mod gpu;
 pub mod hf_config;
 pub mod model;
+#[doc(hidden)]
+pub mod oracle_case;
 pub mod setup;
 pub mod units;
 
@@ -25,14 +28,15 @@ mod step;
 mod timeline;
 
 pub use count::parse_count;
+pub use device::{AutocastFp32Ops, Device, SdpaPolicy};
 pub use estimate::{
-    Components, Estimate, EstimateError, ModelStates, PhasePeaks, estimate, estimate_timeline,
-    max_micro_batch, model_states_for_params,
+    Components, Estimate, EstimateError, ModelStates, PhasePeaks, estimate, estimate_on,
+    estimate_timeline, max_micro_batch, model_states_for_params,
 };
 pub use gpu::{Gpu, GpuCatalogError};
 pub use model::{Architecture, ConfigError, ModelSpec};
 pub use setup::{
-    Attention, Checkpointing, Optimizer, OptimizerImpl, Precision, Target, TrainSetup, UnknownName,
+    Attention, Checkpointing, Optimizer, OptimizerImpl, Precision, TrainSetup, UnknownName,
 };
 pub use timeline::{Component, Phase, StepTimeline, TimelinePoint};
 pub use units::{Bytes, DType, Overflow};

@@ -54,7 +54,7 @@ pub(crate) struct OptimizerRun {
     dtype: DType,
     sizes: Vec<u64>,
     state: Vec<Tid>,
-    cpu: bool,
+    step_counters_on_device: bool,
     implementation: OptimizerImpl,
 }
 
@@ -63,7 +63,7 @@ impl OptimizerRun {
         setup: &TrainSetup,
         param_dtype: DType,
         sizes: &[u64],
-        cpu: bool,
+        step_counters_on_device: bool,
     ) -> OptimizerRun {
         let default = match setup.optimizer {
             Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => DType::U8,
@@ -74,7 +74,7 @@ impl OptimizerRun {
             dtype: setup.optimizer_state_dtype.unwrap_or(default),
             sizes: sizes.to_vec(),
             state: Vec::new(),
-            cpu,
+            step_counters_on_device,
             implementation: setup.optimizer_impl,
         }
     }
@@ -85,13 +85,15 @@ impl OptimizerRun {
             for (i, &numel) in self.sizes.iter().enumerate() {
                 let matrix = g.params.get(i).and_then(|p| p.matrix);
                 let bytes = state_bytes(self.opt, numel, matrix, self.dtype, false)?;
-                // torch keeps `step` as a 0-d fp32 tensor on the CPU (not device memory).
-                let step =
-                    if self.cpu && !matches!(self.opt, Optimizer::Sgd | Optimizer::SgdMomentum) {
-                        4
-                    } else {
-                        0
-                    };
+                // torch keeps `step` as a 0-d fp32 tensor on the CPU: device memory only when
+                // the device is the CPU.
+                let step = if self.step_counters_on_device
+                    && !matches!(self.opt, Optimizer::Sgd | Optimizer::SgdMomentum)
+                {
+                    4
+                } else {
+                    0
+                };
                 if bytes + step > 0 {
                     self.state.push(g.tl.alloc(Component::OptimizerState, bytes + step)?);
                 }

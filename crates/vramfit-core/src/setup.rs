@@ -166,18 +166,6 @@ impl Checkpointing {
     }
 }
 
-/// Where the step runs: the real CUDA device, or the CPU fake-tensor oracle used for validation
-/// (whose autocast op lists and SDPA kernels differ; see `validation/README.md`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Target {
-    /// A CUDA GPU (what users ask about).
-    #[default]
-    Cuda,
-    /// PyTorch on the CPU under `FakeTensorMode` + `MemTracker` (the validation oracle).
-    CpuOracle,
-}
-
 /// One training step's setup. Build it with [`TrainSetup::default`] and struct update syntax.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TrainSetup {
@@ -198,8 +186,6 @@ pub struct TrainSetup {
     pub checkpointing: Checkpointing,
     /// Micro-batches per optimizer step (gradients persist across them).
     pub grad_accum: u64,
-    /// Where the step runs.
-    pub target: Target,
     /// How `torch.optim` runs the step (foreach, the CUDA default, unless told otherwise).
     #[serde(default)]
     pub optimizer_impl: OptimizerImpl,
@@ -245,7 +231,6 @@ impl Default for TrainSetup {
             attention: Attention::Sdpa,
             checkpointing: Checkpointing::None,
             grad_accum: 1,
-            target: Target::Cuda,
             optimizer_impl: OptimizerImpl::Foreach,
         }
     }

@@ -11,10 +11,9 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use vramfit_core::estimate::estimate_with_autocast_rules;
 use vramfit_core::{
-    Attention, Checkpointing, DType, ModelSpec, Optimizer, OptimizerImpl, Precision, Target,
-    TrainSetup, catalog,
+    Attention, Checkpointing, DType, Device, ModelSpec, Optimizer, OptimizerImpl, Precision,
+    TrainSetup, catalog, estimate_on,
 };
 
 const GOLDEN: &str = "tests/golden/estimates.txt";
@@ -22,12 +21,32 @@ const GOLDEN: &str = "tests/golden/estimates.txt";
 /// `(batch, seq_len)` pairs of the full grid.
 const SIZES: [(u64, u64); 2] = [(1, 512), (4, 2048)];
 
+/// Where a case runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum On {
+    Cuda,
+    CpuOracle,
+    /// The CPU oracle with CUDA's autocast op lists (`--autocast-rules cuda`).
+    CpuOracleCudaAutocast,
+}
+
+impl On {
+    fn device(self) -> Device {
+        match self {
+            On::Cuda => Device::CUDA,
+            On::CpuOracle => Device::CPU_ORACLE,
+            On::CpuOracleCudaAutocast => {
+                Device { autocast_fp32: Device::CUDA.autocast_fp32, ..Device::CPU_ORACLE }
+            }
+        }
+    }
+}
+
 /// One case of the golden file.
 struct Case {
     model: &'static str,
     setup: TrainSetup,
-    /// The CPU oracle run with CUDA's autocast op lists (`--autocast-rules cuda`).
-    cuda_autocast_on_cpu: bool,
+    on: On,
 }
 
 impl Case {
@@ -52,12 +71,10 @@ impl Case {
         if let Some(d) = s.optimizer_state_dtype {
             let _ = write!(key, " state={}", d.torch_name());
         }
-        if s.target == Target::CpuOracle {
-            key.push_str(if self.cuda_autocast_on_cpu {
-                " cpu-oracle+cuda-autocast"
-            } else {
-                " cpu-oracle"
-            });
+        match self.on {
+            On::Cuda => {}
+            On::CpuOracle => key.push_str(" cpu-oracle"),
+            On::CpuOracleCudaAutocast => key.push_str(" cpu-oracle+cuda-autocast"),
         }
         key
     }
@@ -65,7 +82,7 @@ impl Case {
 
 fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
-    let plain = |model, setup| Case { model, setup, cuda_autocast_on_cpu: false };
+    let plain = |model, setup| Case { model, setup, on: On::Cuda };
     for model in catalog::names() {
         for precision in Precision::ALL {
             for optimizer in Optimizer::ALL {
@@ -110,38 +127,31 @@ fn cases() -> Vec<Case> {
         for precision in Precision::ALL {
             for attention in Attention::ALL {
                 for checkpointing in Checkpointing::ALL {
-                    let setup = TrainSetup {
-                        precision,
-                        attention,
-                        checkpointing,
-                        target: Target::CpuOracle,
-                        ..base.clone()
-                    };
-                    cases.push(plain(model, setup.clone()));
+                    let setup = TrainSetup { precision, attention, checkpointing, ..base.clone() };
+                    cases.push(Case { model, setup: setup.clone(), on: On::CpuOracle });
                     if precision.autocast() {
-                        cases.push(Case { model, setup, cuda_autocast_on_cpu: true });
+                        cases.push(Case { model, setup, on: On::CpuOracleCudaAutocast });
                     }
                 }
             }
         }
-        cases.push(plain(
+        cases.push(Case {
             model,
-            TrainSetup {
-                target: Target::CpuOracle,
+            setup: TrainSetup {
                 optimizer_impl: OptimizerImpl::ForLoop,
                 grad_accum: 2,
                 ..base.clone()
             },
-        ));
+            on: On::CpuOracle,
+        });
     }
     cases
 }
 
 fn line(case: &Case, spec: &ModelSpec) -> String {
-    let cuda_autocast = case.setup.target == Target::Cuda || case.cuda_autocast_on_cpu;
     let mut out = case.key();
     out.push_str(" | ");
-    match estimate_with_autocast_rules(spec, &case.setup, cuda_autocast) {
+    match estimate_on(spec, &case.setup, &case.on.device()) {
         Err(e) => {
             let _ = write!(out, "error: {e}");
         }

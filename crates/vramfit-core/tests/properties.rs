@@ -2,8 +2,8 @@
 
 use proptest::prelude::*;
 use vramfit_core::{
-    Attention, Checkpointing, DType, ModelSpec, Optimizer, Precision, Target, TrainSetup, catalog,
-    estimate,
+    Attention, Checkpointing, DType, Device, ModelSpec, Optimizer, Precision, TrainSetup, catalog,
+    estimate, estimate_on,
 };
 
 const MODELS: &[&str] = &[
@@ -21,7 +21,7 @@ fn spec(i: usize) -> ModelSpec {
     ModelSpec::from_hf_config(catalog::config_json(name).expect("catalog")).expect("parses")
 }
 
-fn setup_strategy() -> impl Strategy<Value = TrainSetup> {
+fn setup_strategy() -> impl Strategy<Value = (TrainSetup, Device)> {
     (
         1u64..6,
         prop::sample::select(vec![128u64, 256, 512, 1000]),
@@ -29,67 +29,67 @@ fn setup_strategy() -> impl Strategy<Value = TrainSetup> {
         prop::sample::select(Optimizer::ALL.to_vec()),
         prop::sample::select(vec![Attention::Eager, Attention::Sdpa]),
         1u64..3,
-        prop::sample::select(vec![Target::Cuda, Target::CpuOracle]),
+        prop::sample::select(vec![Device::CUDA, Device::CPU_ORACLE]),
     )
         .prop_map(
-            |(micro_batch, seq_len, precision, optimizer, attention, grad_accum, target)| {
-                TrainSetup {
+            |(micro_batch, seq_len, precision, optimizer, attention, grad_accum, device)| {
+                let setup = TrainSetup {
                     micro_batch,
                     seq_len,
                     precision,
                     optimizer,
                     attention,
                     grad_accum,
-                    target,
                     ..TrainSetup::default()
-                }
+                };
+                (setup, device)
             },
         )
 }
 
-fn peak(spec: &ModelSpec, setup: &TrainSetup) -> u64 {
-    estimate(spec, setup).expect("estimate").peak_allocated.get()
+fn peak(spec: &ModelSpec, (setup, device): &(TrainSetup, Device)) -> u64 {
+    estimate_on(spec, setup, device).expect("estimate").peak_allocated.get()
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
-    fn memory_is_monotone_in_batch(m in 0usize..7, setup in setup_strategy()) {
+    fn memory_is_monotone_in_batch(m in 0usize..7, (setup, device) in setup_strategy()) {
         let s = spec(m);
         let bigger = TrainSetup { micro_batch: setup.micro_batch + 1, ..setup.clone() };
-        prop_assert!(peak(&s, &bigger) >= peak(&s, &setup));
+        prop_assert!(peak(&s, &(bigger, device)) >= peak(&s, &(setup, device)));
     }
 
     #[test]
-    fn memory_is_monotone_in_sequence_length(m in 0usize..7, setup in setup_strategy()) {
+    fn memory_is_monotone_in_sequence_length(m in 0usize..7, (setup, device) in setup_strategy()) {
         let s = spec(m);
         let longer = TrainSetup { seq_len: setup.seq_len + 64, ..setup.clone() };
-        prop_assert!(peak(&s, &longer) >= peak(&s, &setup));
+        prop_assert!(peak(&s, &(longer, device)) >= peak(&s, &(setup, device)));
     }
 
     #[test]
-    fn checkpointing_never_increases_the_peak(m in 0usize..7, setup in setup_strategy()) {
+    fn checkpointing_never_increases_the_peak(m in 0usize..7, (setup, device) in setup_strategy()) {
         let s = spec(m);
         let none = TrainSetup { checkpointing: Checkpointing::None, ..setup.clone() };
         let full = TrainSetup { checkpointing: Checkpointing::Full, ..setup };
-        prop_assert!(peak(&s, &full) <= peak(&s, &none));
+        prop_assert!(peak(&s, &(full, device)) <= peak(&s, &(none, device)));
     }
 
     #[test]
-    fn bf16_optimizer_state_is_never_larger_than_fp32(m in 0usize..7, setup in setup_strategy()) {
+    fn bf16_optimizer_state_is_never_larger_than_fp32(m in 0usize..7, (setup, device) in setup_strategy()) {
         let s = spec(m);
         let fp32 = TrainSetup { optimizer_state_dtype: Some(DType::F32), ..setup.clone() };
         let bf16 = TrainSetup { optimizer_state_dtype: Some(DType::Bf16), ..setup };
-        let a = estimate(&s, &bf16).unwrap();
-        let b = estimate(&s, &fp32).unwrap();
+        let a = estimate_on(&s, &bf16, &device).unwrap();
+        let b = estimate_on(&s, &fp32, &device).unwrap();
         prop_assert!(a.model_states <= b.model_states);
         prop_assert!(a.peak_allocated <= b.peak_allocated);
     }
 
     #[test]
-    fn the_breakdown_sums_to_the_peak(m in 0usize..7, setup in setup_strategy()) {
-        let e = estimate(&spec(m), &setup).unwrap();
+    fn the_breakdown_sums_to_the_peak(m in 0usize..7, (setup, device) in setup_strategy()) {
+        let e = estimate_on(&spec(m), &setup, &device).unwrap();
         prop_assert_eq!(e.components_at_peak.total(), e.peak_allocated);
         prop_assert!(e.model_states.get() <= e.peak_allocated.get() + e.model_states_detail.gradients.get());
     }
@@ -101,7 +101,7 @@ proptest! {
     /// The recorded timeline is the same step: its highest point is the estimate's peak, each
     /// point's components add up to it, and events and phases run forward.
     #[test]
-    fn the_timeline_is_the_estimated_step(m in 0usize..7, setup in setup_strategy(), points in 2usize..300) {
+    fn the_timeline_is_the_estimated_step(m in 0usize..7, (setup, _) in setup_strategy(), points in 2usize..300) {
         let s = spec(m);
         let plain = estimate(&s, &setup).unwrap();
         let (with_timeline, timeline) = vramfit_core::estimate_timeline(&s, &setup, points).unwrap();

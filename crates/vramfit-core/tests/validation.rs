@@ -1,15 +1,12 @@
 //! Proof of accuracy: every case the PyTorch oracle measured (`validation/results.jsonl`) is
-//! estimated with `Target::CpuOracle`, and the test fails when any prediction is off by more
+//! estimated with `Device::CPU_ORACLE`, and the test fails when any prediction is off by more
 //! than 5% of the oracle's peak. It prints the table and the median and worst error; the
 //! ignored test `write_accuracy_md` writes the same table to `ACCURACY.md`.
 
 use std::fmt::Write as _;
 
-use serde_json::Value;
-use vramfit_core::{
-    Attention, Checkpointing, DType, ModelSpec, Optimizer, OptimizerImpl, Precision, Target,
-    TrainSetup, catalog, estimate::estimate_with_autocast_rules,
-};
+use vramfit_core::estimate_on;
+use vramfit_core::oracle_case::OracleCase;
 
 const TOLERANCE_PERCENT: f64 = 5.0;
 
@@ -28,89 +25,32 @@ impl Row {
     }
 }
 
-fn str_field<'a>(case: &'a Value, key: &str) -> &'a str {
-    case.get(key)
-        .and_then(Value::as_str)
-        .unwrap_or_else(|| panic!("case lacks string '{key}': {case}"))
-}
-
-fn u64_field(case: &Value, key: &str) -> u64 {
-    case.get(key)
-        .and_then(Value::as_u64)
-        .unwrap_or_else(|| panic!("case lacks integer '{key}': {case}"))
-}
-
-/// The catalog config, with the case's `config_overrides` applied.
-fn spec_for(case: &Value) -> ModelSpec {
-    let model = str_field(case, "model");
-    let json = catalog::config_json(model).unwrap_or_else(|| panic!("no catalog model '{model}'"));
-    let mut config: Value = serde_json::from_str(json).expect("catalog json");
-    if let (Some(overrides), Some(map)) =
-        (case.get("config_overrides").and_then(Value::as_object), config.as_object_mut())
-    {
-        for (k, v) in overrides {
-            map.insert(k.clone(), v.clone());
-        }
-    }
-    ModelSpec::from_hf_config(&config.to_string()).unwrap_or_else(|e| panic!("{model}: {e}"))
-}
-
-fn setup_for(case: &Value) -> TrainSetup {
-    TrainSetup {
-        micro_batch: u64_field(case, "batch"),
-        seq_len: u64_field(case, "seq_len"),
-        precision: str_field(case, "precision").parse::<Precision>().expect("precision"),
-        optimizer: str_field(case, "optimizer").parse::<Optimizer>().expect("optimizer"),
-        optimizer_state_dtype: case
-            .get("optimizer_state_dtype")
-            .and_then(Value::as_str)
-            .map(|d| DType::parse(d).expect("state dtype")),
-        attention: str_field(case, "attention").parse::<Attention>().expect("attention"),
-        checkpointing: str_field(case, "checkpointing").parse::<Checkpointing>().expect("ckpt"),
-        grad_accum: case.get("grad_accum").and_then(Value::as_u64).unwrap_or(1),
-        target: Target::CpuOracle,
-        optimizer_impl: if case
-            .get("notes")
-            .and_then(Value::as_str)
-            .is_some_and(|n| n.contains("foreach=false"))
-        {
-            OptimizerImpl::ForLoop
-        } else {
-            OptimizerImpl::Foreach
-        },
-    }
-}
-
-fn oracle_phase(case: &Value) -> String {
-    let notes = case.get("notes").and_then(Value::as_str).unwrap_or_default();
-    notes.split("; ").find_map(|n| n.strip_prefix("peak_phase=")).unwrap_or("?").to_string()
-}
-
 const RESULTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/results.jsonl");
 const RESULTS_CUDA_AUTOCAST: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/results-cuda-autocast.jsonl");
 
 fn rows() -> Vec<Row> {
-    rows_from(RESULTS, false)
+    rows_from(RESULTS)
 }
 
-/// `cuda_autocast`: the file was produced with CUDA's autocast op lists emulated on the CPU.
-fn rows_from(path: &str, cuda_autocast: bool) -> Vec<Row> {
+/// Every case of a results file, estimated on the device the case ran on.
+fn rows_from(path: &str) -> Vec<Row> {
     let text = std::fs::read_to_string(path).expect("oracle results are committed");
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|line| {
-            let case: Value = serde_json::from_str(line).expect("a JSON line");
-            let spec = spec_for(&case);
-            let setup = setup_for(&case);
-            let e = estimate_with_autocast_rules(&spec, &setup, cuda_autocast)
-                .unwrap_or_else(|err| panic!("{line}: {err}"));
+    OracleCase::parse_lines(&text)
+        .expect("oracle results parse")
+        .iter()
+        .map(|case| {
+            let spec = case.spec().expect("spec");
+            let setup = case.setup().expect("setup");
+            let device = case.device().expect("device");
+            let e = estimate_on(&spec, &setup, &device)
+                .unwrap_or_else(|err| panic!("{}: {err}", case.id));
             Row {
-                id: str_field(&case, "id").to_string(),
-                architecture: str_field(&case, "architecture").to_string(),
-                oracle: u64_field(&case, "peak_bytes"),
+                id: case.id.clone(),
+                architecture: case.architecture.clone(),
+                oracle: case.peak_bytes,
                 predicted: e.peak_allocated.get(),
-                oracle_phase: oracle_phase(&case),
+                oracle_phase: case.peak_phase.clone(),
                 predicted_phase: e.peak_phase.name().to_string(),
             }
         })
@@ -217,10 +157,10 @@ fn check_within_tolerance(rows: &[Row]) {
 }
 
 /// The mixed-precision cases rerun with CUDA's autocast op lists: vramfit's model of those
-/// lists (the part of `Target::Cuda` a CPU can check) meets the same 5% bar.
+/// lists (the part of `Device::CUDA` a CPU can check) meets the same 5% bar.
 #[test]
 fn cuda_autocast_rules_are_within_five_percent_of_the_oracle() {
-    let rows = rows_from(RESULTS_CUDA_AUTOCAST, true);
+    let rows = rows_from(RESULTS_CUDA_AUTOCAST);
     assert!(!rows.is_empty(), "no CUDA-autocast oracle cases");
     let s = summarize(&rows);
     println!("{}", table(&rows));
@@ -244,7 +184,7 @@ fn write_accuracy_md() {
         "Generated by `cargo test -p vramfit-core --test validation -- --ignored` from\n\
          `validation/results.jsonl` (PyTorch's own MemTracker peak under FakeTensorMode, two\n\
          training iterations; see `validation/README.md`). Each case is estimated with\n\
-         `Target::CpuOracle`; the test `predictions_are_within_five_percent_of_the_oracle`\n\
+         `Device::CPU_ORACLE`; the test `predictions_are_within_five_percent_of_the_oracle`\n\
          fails when any case is off by more than 5%. The oracle's `forward` phase is the model\n\
          call including the loss, which vramfit reports separately as `loss`.\n"
     )
@@ -266,4 +206,42 @@ fn write_accuracy_md() {
     // Keep any hand-written sections after the generated table.
     let tail = previous.split_once("\n## ").map(|(_, t)| format!("\n## {t}")).unwrap_or_default();
     std::fs::write(path, doc + &tail).expect("write ACCURACY.md");
+}
+
+/// The size of the CUDA-vs-oracle differences quoted in ACCURACY.md, printed with
+/// `cargo test -p vramfit-core --test validation device_differences -- --nocapture`. It checks
+/// that the two devices really differ where ACCURACY.md says the mechanisms bite.
+#[test]
+fn device_differences() {
+    use vramfit_core::{Device, ModelSpec, TrainSetup, catalog};
+    let cases: &[(&str, u64, u64, &str, &str, &str)] = &[
+        ("roberta-base", 16, 512, "fp32", "adamw", "sdpa"),
+        ("gpt2", 8, 1024, "bf16-mixed", "adamw", "sdpa"),
+        ("gpt2", 4, 512, "bf16-mixed", "adamw", "eager"),
+        ("bert-base-uncased", 32, 128, "fp32", "adamw", "eager"),
+        ("llama-3.2-1b", 1, 1024, "bf16-mixed", "adamw", "sdpa"),
+        ("llama-3.1-8b", 1, 4096, "bf16-mixed", "adamw", "sdpa"),
+    ];
+    println!("| case | CPU oracle | CUDA | difference |\n|---|---:|---:|---:|");
+    for &(model, micro_batch, seq_len, precision, optimizer, attention) in cases {
+        let spec = ModelSpec::from_hf_config(catalog::config_json(model).expect("catalog"))
+            .expect("parses");
+        let setup = TrainSetup {
+            micro_batch,
+            seq_len,
+            precision: precision.parse().expect("precision"),
+            optimizer: optimizer.parse().expect("optimizer"),
+            attention: attention.parse().expect("attention"),
+            ..TrainSetup::default()
+        };
+        let peak = |d: &Device| estimate_on(&spec, &setup, d).expect("estimate").peak_allocated;
+        let (cpu, cuda) = (peak(&Device::CPU_ORACLE), peak(&Device::CUDA));
+        assert_ne!(cpu, cuda, "{model}: the devices' mechanisms should change the peak");
+        println!(
+            "| {model} b{micro_batch} s{seq_len} {precision} {optimizer} {attention} | {:.3} | {:.3} | {:+.1}% |",
+            cpu.gib(),
+            cuda.gib(),
+            (cuda.gib() / cpu.gib() - 1.0) * 100.0
+        );
+    }
 }

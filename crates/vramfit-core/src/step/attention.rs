@@ -3,6 +3,7 @@
 
 use super::ops::{dropout, new, to, unary};
 use super::{Context, Result, Tensor, mul};
+use crate::device::SdpaPolicy;
 use crate::graph::{Grad, Graph};
 use crate::model::{Architecture, ModelSpec, Positions};
 use crate::setup::Attention;
@@ -43,7 +44,7 @@ pub(super) fn attention_core(
             let (kc, kcp) = to(g, k, target)?;
             let (vc, vcp) = to(g, v, target)?;
             // The CPU oracle materialises the causal mask as an additive float mask per layer.
-            let mask = if cx.cpu {
+            let mask = if cx.device.sdpa_materialised_mask {
                 Some(g.alloc(mul(mul(mul(b, seq)?, seq)?, target.size())?)?)
             } else {
                 None
@@ -88,7 +89,7 @@ pub(super) fn attention_core(
             let mm_dt = if cx.autocast { cx.compute_dtype } else { q.dtype };
             let math = kernel == Kernel::Math;
             // The math kernel upcasts 16-bit inputs to fp32 on the CPU and scales q and k.
-            let work_dt = if math && cx.cpu { DType::F32 } else { mm_dt };
+            let work_dt = if math && cx.device.math_kernel_upcasts { DType::F32 } else { mm_dt };
             let (qc, qcp) = to(g, q, work_dt)?;
             let (kc, kcp) = to(g, k, work_dt)?;
             // `matmul` folds `[B, H, S, D]` operands to `[B·H, S, D]` with `reshape`, a copy
@@ -155,11 +156,12 @@ pub(super) fn attention_core(
                 s.architecture,
                 Architecture::Gpt2 | Architecture::Bert | Architecture::Roberta
             );
-            let softmax_dt = if math || explicit_fp32 || (cx.autocast && cx.cuda_autocast) {
-                DType::F32
-            } else {
-                masked.dtype
-            };
+            let softmax_dt =
+                if math || explicit_fp32 || (cx.autocast && cx.device.autocast_fp32.softmax) {
+                    DType::F32
+                } else {
+                    masked.dtype
+                };
             let (m32, copied) = to(g, masked, softmax_dt)?;
             if copied {
                 g.drop(masked.id);
@@ -177,7 +179,8 @@ pub(super) fn attention_core(
                 g.drop(pq.id);
             }
             let (pc, pcp) = to(g, pd, mm_dt)?;
-            let (vc, vcp) = to(g, v, if math && cx.cpu { DType::F32 } else { mm_dt })?;
+            let (vc, vcp) =
+                to(g, v, if math && cx.device.math_kernel_upcasts { DType::F32 } else { mm_dt })?;
             // Likewise v in `matmul(attn, v)`, unless `repeat_kv` copied it (a dtype cast keeps
             // the layout): with a fused qkv projection, saving v itself would keep the whole
             // buffer alive.
@@ -190,8 +193,16 @@ pub(super) fn attention_core(
                 }
                 (c, true)
             };
-            let (pc2, pcp2) = if math && cx.cpu { to(g, pc, DType::F32)? } else { (pc, false) };
-            let o = new(g, if math && cx.cpu { DType::F32 } else { mm_dt }, q_numel)?;
+            let (pc2, pcp2) = if math && cx.device.math_kernel_upcasts {
+                to(g, pc, DType::F32)?
+            } else {
+                (pc, false)
+            };
+            let o = new(
+                g,
+                if math && cx.device.math_kernel_upcasts { DType::F32 } else { mm_dt },
+                q_numel,
+            )?;
             g.record(
                 &[o.id],
                 &[pc2.id, vc.id],
@@ -254,14 +265,13 @@ pub(super) fn effective_kernel(cx: &Context<'_>) -> Kernel {
         Attention::Flash => Kernel::Flash,
         Attention::Sdpa => {
             let dropout = cx.spec.attention_dropout > 0.0;
-            if cx.cpu {
-                if dropout || cx.spec.attn_softcap.is_some() { Kernel::Math } else { Kernel::Flash }
-            } else if cx.spec.attn_softcap.is_some() {
-                Kernel::Math
-            } else if cx.compute_dtype == DType::F32 {
-                Kernel::Efficient
-            } else {
-                Kernel::Flash
+            let softcap = cx.spec.attn_softcap.is_some();
+            match cx.device.sdpa {
+                SdpaPolicy::Cpu if dropout || softcap => Kernel::Math,
+                SdpaPolicy::Cpu => Kernel::Flash,
+                SdpaPolicy::Cuda if softcap => Kernel::Math,
+                SdpaPolicy::Cuda if cx.compute_dtype == DType::F32 => Kernel::Efficient,
+                SdpaPolicy::Cuda => Kernel::Flash,
             }
         }
     }

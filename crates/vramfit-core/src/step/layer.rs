@@ -159,7 +159,7 @@ pub(super) fn mlp_expert(
 ) -> Result<Tensor> {
     let s = cx.spec;
     let tokens = x.numel / s.hidden_size.max(1);
-    let cx_tokens = Context { tokens: tokens, ..*cx };
+    let cx_tokens = Context { tokens, ..*cx };
     let cx = &cx_tokens;
     if s.gated_mlp {
         let (gate, up) = if s.fused_gate_up {

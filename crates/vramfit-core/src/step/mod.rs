@@ -9,9 +9,10 @@ mod ops;
 
 use self::layer::layer_forward;
 use self::ops::{add, dropout, linear, new, norm, to, unary};
+use crate::device::Device;
 use crate::graph::{Grad, Graph, ParamId};
 use crate::model::{Head, ModelSpec, Norm, Positions};
-use crate::setup::{Checkpointing, Target, TrainSetup};
+use crate::setup::{Checkpointing, TrainSetup};
 use crate::timeline::Phase;
 use crate::units::{DType, Overflow};
 
@@ -68,10 +69,8 @@ pub(crate) struct Context<'a> {
     /// Matmul dtype.
     pub(crate) compute_dtype: DType,
     pub(crate) autocast: bool,
-    pub(crate) cpu: bool,
-    /// Autocast follows CUDA's op lists (fp32 for layer_norm, softmax, pow, ...) rather than
-    /// the CPU's, which only upcast losses.
-    pub(crate) cuda_autocast: bool,
+    /// The device's mechanisms.
+    pub(crate) device: &'a Device,
 }
 
 impl Context<'_> {
@@ -445,16 +444,16 @@ fn hidden_dtype(cx: &Context<'_>) -> DType {
 pub(crate) fn simulate(
     spec: &ModelSpec,
     setup: &TrainSetup,
-    cuda_autocast: bool,
+    device: &Device,
     record: Option<usize>,
 ) -> Result<(Graph, Vec<u64>)> {
-    simulate_micro_batches(spec, setup, cuda_autocast, record, setup.grad_accum.min(2))
+    simulate_micro_batches(spec, setup, device, record, setup.grad_accum.min(2))
 }
 
 fn simulate_micro_batches(
     spec: &ModelSpec,
     setup: &TrainSetup,
-    cuda_autocast: bool,
+    device: &Device,
     record: Option<usize>,
     micro_batches: u64,
 ) -> Result<(Graph, Vec<u64>)> {
@@ -466,12 +465,9 @@ fn simulate_micro_batches(
         param_dtype: precision.param_dtype(),
         compute_dtype: precision.compute_dtype(),
         autocast: precision.autocast(),
-        cpu: setup.target == Target::CpuOracle,
-        cuda_autocast,
+        device,
     };
-    // CUDA's allocator rounds every block to 512 bytes; the CPU oracle counts requested bytes.
-    let granularity = if cx.cpu { 1 } else { 512 };
-    let mut timeline = crate::timeline::Timeline::new(granularity);
+    let mut timeline = crate::timeline::Timeline::new(device.allocation_granularity);
     #[cfg(test)]
     {
         timeline.debug.target = DEBUG_TARGET.with(std::cell::Cell::get);
@@ -481,13 +477,16 @@ fn simulate_micro_batches(
     }
     let mut g = Graph::new(timeline);
     let model = build_model(&mut g, &cx)?;
-    if setup.target == Target::Cuda {
-        // cuBLAS workspaces: 8.125 MiB per handle, one for the forward thread and one for the
-        // autograd device thread.
-        g.tl.alloc(crate::timeline::Component::Workspace, 2 * 8_519_680)?;
+    for &bytes in device.workspaces {
+        g.tl.alloc(crate::timeline::Component::Workspace, bytes)?;
     }
     let sizes: Vec<u64> = g.params.iter().map(|p| p.bytes / cx.param_dtype.size()).collect();
-    let mut opt = crate::optim::OptimizerRun::new(setup, cx.param_dtype, &sizes, cx.cpu);
+    let mut opt = crate::optim::OptimizerRun::new(
+        setup,
+        cx.param_dtype,
+        &sizes,
+        device.step_counters_on_device,
+    );
     // The steady state: the optimizer state exists before the forward (the previous step
     // created it). The first iteration of a run is the same stream without that state, and
     // its first `step()` creates the state with every gradient alive, which is exactly the
@@ -507,7 +506,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::simulate_micro_batches;
-    use crate::setup::{Checkpointing, Optimizer, Precision, Target, TrainSetup};
+    use crate::device::Device;
+    use crate::setup::{Checkpointing, Optimizer, Precision, TrainSetup};
     use crate::{ModelSpec, catalog};
 
     const MODELS: &[&str] =
@@ -534,11 +534,11 @@ mod tests {
                 optimizer,
                 checkpointing: if full { Checkpointing::Full } else { Checkpointing::None },
                 grad_accum: 4,
-                target: if cpu { Target::CpuOracle } else { Target::Cuda },
                 ..TrainSetup::default()
             };
+            let device = if cpu { Device::CPU_ORACLE } else { Device::CUDA };
             let peaks = |runs| {
-                let (g, _) = simulate_micro_batches(&spec, &setup, !cpu, None, runs).unwrap();
+                let (g, _) = simulate_micro_batches(&spec, &setup, &device, None, runs).unwrap();
                 (g.tl.peak(), g.tl.phase_peaks())
             };
             let two = peaks(2);
@@ -556,54 +556,26 @@ mod tests {
     fn live_at_peak() {
         use std::collections::BTreeMap;
 
-        use serde_json::Value;
-
-        use crate::setup::{Attention, OptimizerImpl};
+        use crate::oracle_case::OracleCase;
 
         let Ok(id) = std::env::var("VRAMFIT_CASE") else { return };
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/results.jsonl");
         let text = std::fs::read_to_string(path).unwrap();
-        let case: Value = text
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .find(|c| c["id"] == id.as_str())
-            .unwrap();
-        let model = case["model"].as_str().unwrap();
-        let mut config: Value = serde_json::from_str(catalog::config_json(model).unwrap()).unwrap();
-        if let (Some(o), Some(map)) = (case["config_overrides"].as_object(), config.as_object_mut())
-        {
-            for (k, v) in o {
-                map.insert(k.clone(), v.clone());
-            }
-        }
-        let spec = ModelSpec::from_hf_config(&config.to_string()).unwrap();
-        let text_of = |k: &str| case[k].as_str().unwrap().to_string();
-        let setup = TrainSetup {
-            micro_batch: case["batch"].as_u64().unwrap(),
-            seq_len: case["seq_len"].as_u64().unwrap(),
-            precision: text_of("precision").parse::<Precision>().unwrap(),
-            optimizer: text_of("optimizer").parse::<Optimizer>().unwrap(),
-            attention: text_of("attention").parse::<Attention>().unwrap(),
-            checkpointing: text_of("checkpointing").parse::<Checkpointing>().unwrap(),
-            grad_accum: case["grad_accum"].as_u64().unwrap_or(1),
-            target: Target::CpuOracle,
-            optimizer_impl: if text_of("notes").contains("foreach=false") {
-                OptimizerImpl::ForLoop
-            } else {
-                OptimizerImpl::Foreach
-            },
-            ..TrainSetup::default()
-        };
+        let cases = OracleCase::parse_lines(&text).unwrap();
+        let case = cases.iter().find(|c| c.id == id).unwrap();
+        let spec = case.spec().unwrap();
+        let setup = case.setup().unwrap();
+        let device = case.device().unwrap();
         let runs = setup.grad_accum.min(2);
-        let (g, _) = simulate_micro_batches(&spec, &setup, false, None, runs).unwrap();
+        let (g, _) = simulate_micro_batches(&spec, &setup, &device, None, runs).unwrap();
         let (peak, phase, _) = g.tl.peak();
         // Rerun, capturing the live set when the total first reaches the peak.
-        let (g2, _) = simulate_micro_batches_debug(&spec, &setup, runs, peak);
+        let (g2, _) = simulate_micro_batches_debug(&spec, &setup, &device, runs, peak);
         let live = g2.tl.debug.live.clone().unwrap();
         println!(
             "== {id}: predicted peak {peak} B in {}, oracle {} B, {} storages",
             phase.name(),
-            case["peak_bytes"],
+            case.peak_bytes,
             live.len()
         );
         let mut groups: BTreeMap<(&str, &str, u64), (u64, u64)> = BTreeMap::new();
@@ -629,11 +601,12 @@ mod tests {
     fn simulate_micro_batches_debug(
         spec: &ModelSpec,
         setup: &TrainSetup,
+        device: &Device,
         runs: u64,
         target: u64,
     ) -> (crate::graph::Graph, Vec<u64>) {
         super::DEBUG_TARGET.with(|t| t.set(Some(target)));
-        let out = simulate_micro_batches(spec, setup, false, None, runs).unwrap();
+        let out = simulate_micro_batches(spec, setup, device, None, runs).unwrap();
         super::DEBUG_TARGET.with(|t| t.set(None));
         out
     }

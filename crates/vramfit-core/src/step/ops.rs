@@ -102,7 +102,7 @@ pub(super) fn dropout(g: &mut Graph, cx: &Context<'_>, x: Tensor, p: f64) -> Res
     if p <= 0.0 {
         return Ok(x);
     }
-    let mask_dt = if cx.cpu { x.dtype } else { DType::Bool };
+    let mask_dt = if cx.device.dropout_byte_mask { DType::Bool } else { x.dtype };
     let mask = new(g, mask_dt, x.numel)?;
     let y = new(g, x.dtype, x.numel)?;
     g.record(&[y.id], &[mask.id], vec![Grad::New(x.id, x.bytes())]);
@@ -127,8 +127,11 @@ pub(super) fn norm(
         Norm::LayerNorm => {
             // native_layer_norm saves input, weight, bias, mean and rstd (fp32, per row).
             // CUDA autocast runs layer_norm in fp32 (a cast copy if the input is 16-bit).
-            let (xi, copied) =
-                if cx.autocast && cx.cuda_autocast { to(g, x, DType::F32)? } else { (x, false) };
+            let (xi, copied) = if cx.autocast && cx.device.autocast_fp32.layer_norm {
+                to(g, x, DType::F32)?
+            } else {
+                (x, false)
+            };
             let y = new(g, xi.dtype, xi.numel)?;
             let stats = g.alloc(mul(small, 2)?)?;
             let mut grads = vec![Grad::New(xi.id, xi.bytes())];
@@ -236,7 +239,7 @@ pub(super) fn activation(g: &mut Graph, cx: &Context<'_>, x: Tensor) -> Result<T
             // fp32 (a cast copy of x, saved), and fp32 then propagates through the formula;
             // CPU autocast leaves it in the low dtype.
             let half = unary(g, x, x.dtype, false, false)?;
-            let fp32_pow = cx.autocast && cx.cuda_autocast && x.dtype != DType::F32;
+            let fp32_pow = cx.autocast && cx.device.autocast_fp32.pow && x.dtype != DType::F32;
             let (xp, copied) = if fp32_pow { to(g, x, DType::F32)? } else { (x, false) };
             let cube = unary(g, xp, xp.dtype, true, false)?;
             if copied {

@@ -1,0 +1,94 @@
+//! [`Device`]: the mechanisms of the machine a step runs on that decide what it allocates.
+//!
+//! The step code never asks which device it runs on; it reads these fields. There are two
+//! values: [`Device::CUDA`] (what users ask about) and [`Device::CPU_ORACLE`], PyTorch on the
+//! CPU under `FakeTensorMode` + `MemTracker`, the validation oracle whose accounting the
+//! estimator is held to (`validation/oracle.py`). Each field is one row of `ACCURACY.md`'s
+//! table of how the two differ. A new device mechanism is a new field with a value for both.
+
+/// Which ops autocast runs in fp32 (besides the losses, which every device upcasts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AutocastFp32Ops {
+    /// `layer_norm` (a cast copy of a 16-bit input, saved by the norm).
+    pub layer_norm: bool,
+    /// `pow` (GPT-2's Python GELU: a cast copy of x, and fp32 through the rest of the formula).
+    pub pow: bool,
+    /// `softmax` called without an explicit dtype (GPT-2's and BERT's eager attention).
+    pub softmax: bool,
+}
+
+/// How `scaled_dot_product_attention` chooses its kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SdpaPolicy {
+    /// CUDA: flash for 16-bit inputs, memory-efficient for fp32, the math kernel when the
+    /// scores are soft-capped (no fused kernel supports it).
+    Cuda,
+    /// The CPU: one flash kernel for every dtype, the math kernel with attention dropout or
+    /// soft-capping.
+    Cpu,
+}
+
+/// A device's mechanisms, one field each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Device {
+    /// A short name for messages.
+    pub name: &'static str,
+    /// Autocast's fp32 op list.
+    pub autocast_fp32: AutocastFp32Ops,
+    /// SDPA's kernel choice.
+    pub sdpa: SdpaPolicy,
+    /// Dropout's saved mask: `native_dropout`'s 1-byte mask (`true`), or the composite path's
+    /// noise tensor in the input's dtype (`false`).
+    pub dropout_byte_mask: bool,
+    /// The fused SDPA kernels get the causal mask materialised as an additive float
+    /// `[B, 1, S, S]` tensor per layer (the CPU oracle's fake-tensor path).
+    pub sdpa_materialised_mask: bool,
+    /// The math SDPA kernel upcasts 16-bit inputs to fp32.
+    pub math_kernel_upcasts: bool,
+    /// Adam-style optimizers' `step` counters (0-d fp32 tensors) count in this device's
+    /// memory (on CUDA they stay on the CPU).
+    pub step_counters_on_device: bool,
+    /// Every allocation is rounded up to this many bytes (CUDA's caching allocator: 512;
+    /// the CPU oracle counts requested bytes).
+    pub allocation_granularity: u64,
+    /// Library workspaces allocated before the step, in allocation order (cuBLAS: 8.125 MiB
+    /// per handle, one for the forward thread and one for autograd's device thread).
+    pub workspaces: &'static [u64],
+}
+
+/// cuBLAS's default workspace for one handle (`CUBLAS_WORKSPACE_CONFIG` unset).
+const CUBLAS_WORKSPACE: u64 = 8_519_680;
+
+impl Device {
+    /// A CUDA GPU.
+    pub const CUDA: Device = Device {
+        name: "cuda",
+        autocast_fp32: AutocastFp32Ops { layer_norm: true, pow: true, softmax: true },
+        sdpa: SdpaPolicy::Cuda,
+        dropout_byte_mask: true,
+        sdpa_materialised_mask: false,
+        math_kernel_upcasts: false,
+        step_counters_on_device: false,
+        allocation_granularity: 512,
+        workspaces: &[CUBLAS_WORKSPACE, CUBLAS_WORKSPACE],
+    };
+
+    /// The CPU fake-tensor oracle of `validation/oracle.py`.
+    pub const CPU_ORACLE: Device = Device {
+        name: "cpu-oracle",
+        autocast_fp32: AutocastFp32Ops { layer_norm: false, pow: false, softmax: false },
+        sdpa: SdpaPolicy::Cpu,
+        dropout_byte_mask: false,
+        sdpa_materialised_mask: true,
+        math_kernel_upcasts: true,
+        step_counters_on_device: true,
+        allocation_granularity: 1,
+        workspaces: &[],
+    };
+}
+
+impl Default for Device {
+    fn default() -> Self {
+        Device::CUDA
+    }
+}
