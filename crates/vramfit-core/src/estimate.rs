@@ -195,7 +195,7 @@ fn warnings(spec: &ModelSpec, setup: &TrainSetup) -> Vec<String> {
         w.push("gemma2's attention softcapping is not supported by SDPA's fused kernels; the math path runs".into());
     }
     if let Some(max) = match spec.positions {
-        crate::model::Positions::Learned { max_positions } => Some(max_positions),
+        crate::model::Positions::Learned { max_positions, .. } => Some(max_positions),
         crate::model::Positions::Rotary { .. } => None,
     } && setup.seq_len > max
     {

@@ -16,6 +16,7 @@ pub mod device;
 pub mod estimate;
 pub mod gpu;
 pub mod hf_config;
+pub mod layout;
 pub mod model;
 #[doc(hidden)]
 pub mod oracle_case;

@@ -9,7 +9,10 @@ use std::fmt;
 
 use serde::Serialize;
 
+use self::architecture::{BiasRule, EmbeddingDropoutRule, HeadDimRule, PositionRule, traits};
 use crate::hf_config::RawConfig;
+
+mod architecture;
 
 /// An architecture (`model_type`) vramfit models.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -130,6 +133,10 @@ pub enum Positions {
     Learned {
         /// Rows of the table (`max_position_embeddings`).
         max_positions: u64,
+        /// The ids are a slice of a registered buffer expanded to the batch, so the lookup's
+        /// output is `[B, S, H]` (BERT); otherwise an int64 `arange` `[1, S]` computed per
+        /// forward and saved by the lookup, whose output broadcasts as `[1, S, H]` (GPT-2).
+        ids_from_buffer: bool,
     },
 }
 
@@ -153,8 +160,10 @@ pub struct Moe {
 }
 
 /// A transformer's shape with every default explicit. Build it with
-/// [`ModelSpec::from_hf_config`] (or [`ModelSpec::resolve`]).
+/// [`ModelSpec::from_hf_config`] (or [`ModelSpec::resolve`]); it cannot be built otherwise,
+/// so every spec has been checked.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct ModelSpec {
     /// The architecture.
     pub architecture: Architecture,
@@ -192,6 +201,12 @@ pub struct ModelSpec {
     pub qk_norm: bool,
     /// Norms after attention and MLP as well as before (Gemma 2).
     pub sandwich_norm: bool,
+    /// Norms after each residual addition instead of before the sublayers (BERT).
+    pub post_norm: bool,
+    /// A norm on the embedding output (BERT).
+    pub embedding_norm: bool,
+    /// A norm after the last layer (decoders).
+    pub final_norm: bool,
     /// Attention and MLP read the same input, outputs summed (GPT-NeoX).
     pub parallel_residual: bool,
     /// The output head shares the embedding matrix.
@@ -202,6 +217,9 @@ pub struct ModelSpec {
     pub positions: Positions,
     /// Rows of the token-type table (BERT; 0 when absent).
     pub type_vocab_size: u64,
+    /// The base model registers int64 `position_ids` and `token_type_ids` buffers of
+    /// `max_position_embeddings` entries (BERT).
+    pub id_buffers: bool,
     /// Mixture of experts, if any.
     pub moe: Option<Moe>,
     /// Dropout on attention probabilities.
@@ -216,6 +234,15 @@ pub struct ModelSpec {
     pub final_softcap: Option<f64>,
     /// The output head.
     pub head: Head,
+    /// The loss casts the logits to fp32 first (`ForCausalLMLoss`'s `logits.float()`); else
+    /// `CrossEntropyLoss` takes them as they are (autocast still runs it in fp32).
+    pub loss_upcasts_logits: bool,
+    /// Eager attention calls `softmax(dtype=float32)` and casts back (Llama family), rather
+    /// than plain `softmax` (GPT-2, BERT).
+    pub eager_softmax_fp32: bool,
+    /// `[B, 1, S, S]` masks the base model builds for eager attention and passes to every
+    /// layer (Gemma 2: a full and a sliding-window one; encoders without padding: none).
+    pub eager_masks: u64,
 }
 
 /// A `config.json` that cannot be turned into a [`ModelSpec`].
@@ -383,7 +410,6 @@ impl ModelSpec {
     /// BERT/RoBERTa 0.1, others 0), NeoX `rotary_pct` 0.25 and parallel residual, Mixtral 8
     /// experts top-2, Gemma 2 softcaps 50 / 30, BERT `type_vocab_size` 2.
     pub fn resolve(raw: &RawConfig) -> Result<ModelSpec, ConfigError> {
-        use Architecture as A;
         let model_type =
             raw.model_type.as_deref().ok_or(ConfigError::Missing { field: "model_type" })?;
         let arch = Architecture::from_model_type(model_type).ok_or_else(|| {
@@ -392,6 +418,7 @@ impl ModelSpec {
                 supported: Architecture::supported_list(),
             }
         })?;
+        let t = traits(arch);
 
         let vocab_size =
             in_range(required(raw.vocab_size, "vocab_size")?, "vocab_size", 1, MAX_VOCAB)?;
@@ -409,9 +436,11 @@ impl ModelSpec {
             1,
             MAX_HEADS,
         )?;
-        let intermediate_size = match (arch, raw.intermediate_size) {
-            (A::Gpt2, None) => hidden_size.checked_mul(4).ok_or(ConfigError::Overflow)?,
-            (_, v) => required(v, "intermediate_size")?,
+        let intermediate_size = match raw.intermediate_size {
+            None if t.intermediate_defaults_to_4x => {
+                hidden_size.checked_mul(4).ok_or(ConfigError::Overflow)?
+            }
+            v => required(v, "intermediate_size")?,
         };
         let intermediate_size =
             in_range(intermediate_size, "intermediate_size", 1, MAX_INTERMEDIATE)?;
@@ -430,87 +459,55 @@ impl ModelSpec {
                 other_value: n_heads,
             });
         }
-        let explicit_head_dim = matches!(
-            arch,
-            A::Llama | A::Mistral | A::Mixtral | A::Qwen2 | A::Qwen3 | A::Gemma | A::Gemma2
-        )
-        .then_some(raw.head_dim)
-        .flatten();
-        let head_dim = match explicit_head_dim {
-            Some(d) => in_range(d, "head_dim", 1, MAX_HIDDEN)?,
-            None if matches!(arch, A::Gemma | A::Gemma2) => 256,
-            None if matches!(arch, A::Qwen3) => 128,
-            None => {
-                if hidden_size % n_heads != 0 {
-                    return Err(ConfigError::NotDivisible {
-                        field: "num_attention_heads",
-                        value: n_heads,
-                        other: "hidden_size",
-                        other_value: hidden_size,
-                    });
-                }
-                hidden_size / n_heads
+        let width_head_dim = || {
+            if hidden_size % n_heads != 0 {
+                return Err(ConfigError::NotDivisible {
+                    field: "num_attention_heads",
+                    value: n_heads,
+                    other: "hidden_size",
+                    other_value: hidden_size,
+                });
             }
+            Ok(hidden_size / n_heads)
+        };
+        let head_dim = match (t.head_dim, raw.head_dim) {
+            (HeadDimRule::ConfigOrWidth | HeadDimRule::ConfigOr(_), Some(d)) => {
+                in_range(d, "head_dim", 1, MAX_HIDDEN)?
+            }
+            (HeadDimRule::ConfigOr(default), None) => default,
+            (HeadDimRule::Width, _) | (HeadDimRule::ConfigOrWidth, None) => width_head_dim()?,
         };
 
-        let (act_field, act_name) = match (arch, &raw.hidden_activation, &raw.hidden_act) {
-            (A::Gemma2, Some(a), _) => ("hidden_activation", a.as_str()),
-            (A::Gemma2, None, _) => ("hidden_activation", "gelu_pytorch_tanh"),
-            (_, _, Some(a)) => ("hidden_act", a.as_str()),
-            (A::Gpt2, _, None) => ("activation_function", "gelu_new"),
-            (A::Gemma, _, None) => ("hidden_act", "gelu_pytorch_tanh"),
-            (A::Bert | A::Roberta | A::GptNeox, _, None) => ("hidden_act", "gelu"),
-            (_, _, None) => ("hidden_act", "silu"),
+        let configured_activation = match t.activation_key {
+            "hidden_activation" => &raw.hidden_activation,
+            _ => &raw.hidden_act,
+        };
+        let (act_field, act_name) = match configured_activation {
+            Some(a) => (t.activation_key, a.as_str()),
+            None => t.activation,
         };
         let activation = activation(act_name, act_field)?;
 
-        let llama_like = matches!(
-            arch,
-            A::Llama
-                | A::Mistral
-                | A::Mixtral
-                | A::Qwen2
-                | A::Qwen3
-                | A::Gemma
-                | A::Gemma2
-                | A::Phi3
-        );
-        let encoder = matches!(arch, A::Bert | A::Roberta);
-        let norm = match arch {
-            A::Gemma | A::Gemma2 => Norm::GemmaRmsNorm,
-            _ if llama_like => Norm::RmsNorm,
-            _ => Norm::LayerNorm,
+        let bias = |rule: BiasRule, configured: Option<bool>| match rule {
+            BiasRule::Always(b) => b,
+            BiasRule::Config(default) => configured.unwrap_or(default),
         };
-        let attention_bias = raw.attention_bias;
-        let (qkv_bias, o_bias) = match arch {
-            A::Qwen2 => (true, false),
-            A::Gpt2 | A::Bert | A::Roberta => (true, true),
-            A::GptNeox => (attention_bias.unwrap_or(true), attention_bias.unwrap_or(true)),
-            _ => (attention_bias.unwrap_or(false), attention_bias.unwrap_or(false)),
-        };
-        let mlp_bias = match arch {
-            A::Llama => raw.mlp_bias.unwrap_or(false),
-            A::Gpt2 | A::GptNeox | A::Bert | A::Roberta => true,
-            _ => false,
-        };
-        let tied_embeddings = match arch {
-            A::Gemma | A::Gemma2 | A::Gpt2 | A::Bert | A::Roberta => {
-                raw.tie_word_embeddings.unwrap_or(true)
-            }
-            _ => raw.tie_word_embeddings.unwrap_or(false),
-        };
+        let qkv_bias = bias(t.qkv_bias, raw.attention_bias);
+        let o_bias = bias(t.o_bias, raw.attention_bias);
+        let mlp_bias = bias(t.mlp_bias, raw.mlp_bias);
+        let tied_embeddings = raw.tie_word_embeddings.unwrap_or(t.tied_default);
 
         let max_positions = raw
             .max_position_embeddings
             .map(|p| in_range(p, "max_position_embeddings", 1, MAX_POSITIONS))
             .transpose()?;
-        let positions = match arch {
-            A::Gpt2 => Positions::Learned { max_positions: max_positions.unwrap_or(1024) },
-            A::Bert | A::Roberta => {
-                Positions::Learned { max_positions: max_positions.unwrap_or(512) }
-            }
-            A::GptNeox => {
-                let pct = raw.rotary_pct.unwrap_or(0.25);
+        let positions = match t.positions {
+            PositionRule::Learned { default_max, ids_from_buffer } => Positions::Learned {
+                max_positions: max_positions.unwrap_or(default_max),
+                ids_from_buffer,
+            },
+            PositionRule::PartialRotary { default_pct } => {
+                let pct = raw.rotary_pct.unwrap_or(default_pct);
                 if !(0.0..=1.0).contains(&pct) {
                     return Err(ConfigError::OutOfRange {
                         field: "rotary_pct",
@@ -521,46 +518,37 @@ impl ModelSpec {
                 }
                 Positions::Rotary { dims: (head_dim as f64 * pct) as u64 }
             }
-            _ => Positions::Rotary { dims: head_dim },
+            PositionRule::Rotary => Positions::Rotary { dims: head_dim },
         };
 
-        let moe = match arch {
-            A::Mixtral => {
-                let experts = in_range(
-                    raw.num_local_experts.unwrap_or(8),
-                    "num_local_experts",
-                    1,
-                    MAX_EXPERTS,
-                )?;
-                let top_k = in_range(
-                    raw.num_experts_per_tok.unwrap_or(2),
-                    "num_experts_per_tok",
-                    1,
-                    experts,
-                )?;
-                Some(Moe { experts, top_k })
-            }
-            _ => None,
+        let moe = if t.moe {
+            let experts =
+                in_range(raw.num_local_experts.unwrap_or(8), "num_local_experts", 1, MAX_EXPERTS)?;
+            let top_k =
+                in_range(raw.num_experts_per_tok.unwrap_or(2), "num_experts_per_tok", 1, experts)?;
+            Some(Moe { experts, top_k })
+        } else {
+            None
         };
 
-        let dropout_default =
-            if matches!(arch, A::Gpt2 | A::Bert | A::Roberta) { 0.1 } else { 0.0 };
         let attention_dropout =
-            probability(raw.attention_dropout, "attention_dropout", dropout_default)?;
-        let hidden_dropout = probability(raw.hidden_dropout, "hidden_dropout", dropout_default)?;
-        let embedding_dropout = match arch {
-            A::Gpt2 | A::Phi3 => probability(raw.embedding_dropout, "embd_pdrop", dropout_default)?,
-            A::Bert | A::Roberta | A::GptNeox => hidden_dropout,
-            _ => 0.0,
+            probability(raw.attention_dropout, "attention_dropout", t.dropout_default)?;
+        let hidden_dropout = probability(raw.hidden_dropout, "hidden_dropout", t.dropout_default)?;
+        let embedding_dropout = match t.embedding_dropout {
+            EmbeddingDropoutRule::Own => {
+                probability(raw.embedding_dropout, "embd_pdrop", t.dropout_default)?
+            }
+            EmbeddingDropoutRule::Hidden => hidden_dropout,
+            EmbeddingDropoutRule::Off => 0.0,
         };
-        let (attn_softcap, final_softcap) = match arch {
-            A::Gemma2 => (
-                Some(raw.attn_logit_softcapping.unwrap_or(50.0)),
-                Some(raw.final_logit_softcapping.unwrap_or(30.0)),
+        let (attn_softcap, final_softcap) = match t.softcaps {
+            Some((attention, logits)) => (
+                Some(raw.attn_logit_softcapping.unwrap_or(attention)),
+                Some(raw.final_logit_softcapping.unwrap_or(logits)),
             ),
-            _ => (None, None),
+            None => (None, None),
         };
-        let type_vocab_size = if encoder {
+        let type_vocab_size = if t.token_types {
             in_range(raw.type_vocab_size.unwrap_or(2), "type_vocab_size", 1, MAX_VOCAB)?
         } else {
             0
@@ -575,28 +563,35 @@ impl ModelSpec {
             n_kv_heads,
             head_dim,
             intermediate_size,
-            gated_mlp: llama_like,
+            gated_mlp: t.gated_mlp,
             activation,
-            norm,
+            norm: t.norm,
             qkv_bias,
             o_bias,
             mlp_bias,
-            fused_qkv: matches!(arch, A::Gpt2 | A::GptNeox | A::Phi3),
-            fused_gate_up: matches!(arch, A::Phi3),
-            qk_norm: matches!(arch, A::Qwen3),
-            sandwich_norm: matches!(arch, A::Gemma2),
-            parallel_residual: arch == A::GptNeox && raw.use_parallel_residual.unwrap_or(true),
+            fused_qkv: t.fused_qkv,
+            fused_gate_up: t.fused_gate_up,
+            qk_norm: t.qk_norm,
+            sandwich_norm: t.sandwich_norm,
+            post_norm: t.post_norm,
+            embedding_norm: t.embedding_norm,
+            final_norm: t.final_norm,
+            parallel_residual: t.parallel_residual && raw.use_parallel_residual.unwrap_or(true),
             tied_embeddings,
-            scaled_embeddings: matches!(arch, A::Gemma | A::Gemma2),
+            scaled_embeddings: t.scaled_embeddings,
             positions,
             type_vocab_size,
+            id_buffers: t.id_buffers,
             moe,
             attention_dropout,
             hidden_dropout,
             embedding_dropout,
             attn_softcap,
             final_softcap,
-            head: if encoder { Head::MaskedLm } else { Head::CausalLm },
+            head: t.head,
+            loss_upcasts_logits: t.loss_upcasts_logits,
+            eager_softmax_fp32: t.eager_softmax_fp32,
+            eager_masks: t.eager_masks,
         };
         // Reject shapes whose parameter count overflows before anyone multiplies by a batch.
         spec.checked_parameter_count().ok_or(ConfigError::Overflow)?;
@@ -613,128 +608,13 @@ impl ModelSpec {
         self.n_kv_heads * self.head_dim
     }
 
-    /// The trainable parameters of one layer, as `(weight matrices, small vectors)` element
-    /// counts by tensor, in the order `transformers` registers them.
-    pub(crate) fn layer_parameters(&self) -> Option<Vec<u64>> {
-        let h = self.hidden_size;
-        let i = self.intermediate_size;
-        let q = self.q_width();
-        let kv = self.kv_width();
-        let mut p = Vec::with_capacity(24);
-        let norm = |p: &mut Vec<u64>| {
-            p.push(h);
-            if self.norm == Norm::LayerNorm {
-                p.push(h);
-            }
-        };
-        // Pre-attention norm (BERT's norms sit after the sublayers, same count).
-        norm(&mut p);
-        if self.fused_qkv {
-            p.push(h.checked_mul(q.checked_add(kv.checked_mul(2)?)?)?);
-            if self.qkv_bias {
-                p.push(q + 2 * kv);
-            }
-        } else {
-            p.push(h.checked_mul(q)?);
-            if self.qkv_bias {
-                p.push(q);
-            }
-            p.push(h.checked_mul(kv)?);
-            if self.qkv_bias {
-                p.push(kv);
-            }
-            p.push(h.checked_mul(kv)?);
-            if self.qkv_bias {
-                p.push(kv);
-            }
-        }
-        if self.qk_norm {
-            p.push(self.head_dim);
-            p.push(self.head_dim);
-        }
-        p.push(q.checked_mul(h)?);
-        if self.o_bias {
-            p.push(h);
-        }
-        norm(&mut p);
-        if self.sandwich_norm {
-            norm(&mut p);
-            norm(&mut p);
-        }
-        let experts = self.moe.map_or(1, |m| m.experts);
-        if let Some(m) = self.moe {
-            p.push(h.checked_mul(m.experts)?);
-        }
-        for _ in 0..experts {
-            if self.gated_mlp {
-                if self.fused_gate_up {
-                    p.push(h.checked_mul(i.checked_mul(2)?)?);
-                } else {
-                    p.push(h.checked_mul(i)?);
-                    p.push(h.checked_mul(i)?);
-                }
-                if self.mlp_bias {
-                    p.push(i);
-                    p.push(i);
-                }
-            } else {
-                p.push(h.checked_mul(i)?);
-                if self.mlp_bias {
-                    p.push(i);
-                }
-            }
-            p.push(i.checked_mul(h)?);
-            if self.mlp_bias {
-                p.push(h);
-            }
-        }
-        Some(p)
-    }
-
-    /// Parameters outside the layers, by tensor: embeddings, final norm, head.
-    pub(crate) fn outer_parameters(&self) -> Option<Vec<u64>> {
-        let h = self.hidden_size;
-        let v = self.vocab_size;
-        let mut p = vec![v.checked_mul(h)?];
-        if let Positions::Learned { max_positions } = self.positions {
-            p.push(max_positions.checked_mul(h)?);
-        }
-        if self.type_vocab_size > 0 {
-            p.push(self.type_vocab_size.checked_mul(h)?);
-        }
-        let ln = self.norm == Norm::LayerNorm;
-        match self.head {
-            Head::CausalLm => {
-                // Final norm.
-                p.push(h);
-                if ln {
-                    p.push(h);
-                }
-            }
-            Head::MaskedLm => {
-                // Embedding LayerNorm; MLM transform dense + LayerNorm; decoder bias.
-                p.extend([h, h]);
-                p.push(h.checked_mul(h)?);
-                p.extend([h, h, h]);
-                p.push(v);
-            }
-        }
-        if !self.tied_embeddings {
-            p.push(v.checked_mul(h)?);
-        }
-        Some(p)
-    }
-
     fn checked_parameter_count(&self) -> Option<u64> {
-        let layer = self.layer_parameters()?.into_iter().try_fold(0u64, u64::checked_add)?;
-        let outer = self.outer_parameters()?.into_iter().try_fold(0u64, u64::checked_add)?;
-        layer.checked_mul(self.n_layers)?.checked_add(outer)
+        self.parameter_layout().parameter_count()
     }
 
     /// Trainable parameters (tied matrices counted once), as `sum(p.numel() for p in
     /// model.parameters())` reports.
     pub fn parameter_count(&self) -> u64 {
-        // `resolve` has checked this does not overflow.
-        self.checked_parameter_count().unwrap_or(u64::MAX)
+        self.checked_parameter_count().expect("resolve rejects specs whose count overflows")
     }
 }

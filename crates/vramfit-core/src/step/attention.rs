@@ -5,7 +5,7 @@ use super::ops::{dropout, new, to, unary};
 use super::{Context, Result, Tensor, mul};
 use crate::device::SdpaPolicy;
 use crate::graph::{Grad, Graph};
-use crate::model::{Architecture, ModelSpec, Positions};
+use crate::model::{ModelSpec, Positions};
 use crate::setup::Attention;
 use crate::units::DType;
 
@@ -152,10 +152,7 @@ pub(super) fn attention_core(
             // Llama-family eager code calls softmax(dtype=float32).to(q.dtype): a fp32 copy of a
             // 16-bit input, then the saved fp32 result. GPT-2 and BERT call plain softmax, which
             // CUDA autocast runs in fp32 but CPU autocast leaves in the low dtype.
-            let explicit_fp32 = !matches!(
-                s.architecture,
-                Architecture::Gpt2 | Architecture::Bert | Architecture::Roberta
-            );
+            let explicit_fp32 = s.eager_softmax_fp32;
             let softmax_dt =
                 if math || explicit_fp32 || (cx.autocast && cx.device.autocast_fp32.softmax) {
                     DType::F32

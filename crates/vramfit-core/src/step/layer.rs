@@ -5,7 +5,7 @@ use super::attention::attention_core;
 use super::ops::{activation, add, dropout, linear, mul2, new, norm, rotary, to, unary};
 use super::{Context, LayerParams, Model, Result, Tensor, mul};
 use crate::graph::{Grad, Graph, ParamId};
-use crate::model::{Head, Positions};
+use crate::model::Positions;
 use crate::units::DType;
 
 /// One transformer layer's forward; returns the new hidden state (the input stays alive for
@@ -20,7 +20,7 @@ pub(super) fn layer_forward(
     let s = cx.spec;
     let Some(lp) = m.layers.get(layer) else { return Ok(x) };
     let n = cx.tokens;
-    let post_norm = s.head == Head::MaskedLm;
+    let post_norm = s.post_norm;
     let trig_dt = x.dtype;
     // Attention block.
     let a_in = if post_norm { x } else { norm(g, cx, x, &lp.norm1, n)? };
@@ -163,16 +163,16 @@ pub(super) fn mlp_expert(
     let cx = &cx_tokens;
     if s.gated_mlp {
         let (gate, up) = if s.fused_gate_up {
-            let gu = linear(g, cx, x, 2 * i, w[0], None)?;
+            let gu = linear(g, cx, x, 2 * i, w[0], bias.first().copied())?;
             (Tensor { numel: mul(tokens, i)?, ..gu }, Some(gu))
         } else {
-            (linear(g, cx, x, i, w[0], None)?, None)
+            (linear(g, cx, x, i, w[0], bias.first().copied())?, None)
         };
         let a = activation(g, cx, gate)?;
         let upt = match up {
             // Phi-3 chunks the fused output: gate and up are views of it.
             Some(gu) => Tensor { numel: mul(tokens, i)?, ..gu },
-            None => linear(g, cx, x, i, w[1], None)?,
+            None => linear(g, cx, x, i, w[1], bias.get(1).copied())?,
         };
         let p = mul2(g, upt, a)?;
         g.drop(a.id);
@@ -180,7 +180,8 @@ pub(super) fn mlp_expert(
         if up.is_none() {
             g.drop(upt.id);
         }
-        let d = linear(g, cx, p, s.hidden_size, w[w.len() - 1], None)?;
+        // The down projection is the last weight (and bias) either way.
+        let d = linear(g, cx, p, s.hidden_size, w[w.len() - 1], bias.get(w.len() - 1).copied())?;
         g.drop(p.id);
         Ok(d)
     } else {

@@ -11,7 +11,7 @@ use self::layer::layer_forward;
 use self::ops::{add, dropout, linear, new, norm, to, unary};
 use crate::device::Device;
 use crate::graph::{Grad, Graph, ParamId};
-use crate::model::{Head, ModelSpec, Norm, Positions};
+use crate::model::{Head, ModelSpec, Positions};
 use crate::setup::{Checkpointing, TrainSetup};
 use crate::timeline::Phase;
 use crate::units::{DType, Overflow};
@@ -92,154 +92,76 @@ pub(crate) struct Model {
     pub(crate) head_bias: Option<ParamId>,
 }
 
-/// Registers the model's parameters (resident from the start).
+/// Registers the model's parameters from its layout (resident from the start), then its
+/// buffers.
 pub(crate) fn build_model(g: &mut Graph, cx: &Context<'_>) -> Result<Model> {
-    let s = cx.spec;
-    let h = s.hidden_size;
-    let p = cx.param_dtype.size();
-    let cast = |numel: u64| if cx.autocast { numel * cx.compute_dtype.size() } else { 0 };
-    let mut param = |g: &mut Graph, numel: u64, matmul: bool| -> Result<ParamId> {
-        let bytes = mul(numel, p)?;
+    use crate::layout::Slot;
+    let layout = cx.spec.parameter_layout();
+    let param_size = cx.param_dtype.size();
+    let mut model = Model {
+        embed: ParamId(usize::MAX),
+        positions: None,
+        token_types: None,
+        embed_norm: Vec::new(),
+        layers: vec![LayerParams::default(); layout.n_layers as usize],
+        final_norm: Vec::new(),
+        mlm: Vec::new(),
+        head: ParamId(usize::MAX),
+        head_bias: None,
+    };
+    for (layer, decl) in layout.iter() {
+        let numel = decl.shape.numel().ok_or(Overflow)?;
+        let bytes = mul(numel, param_size)?;
         g.tl.alloc(crate::timeline::Component::Parameters, bytes)?;
-        Ok(g.add_param(bytes, if matmul { cast(numel) } else { 0 }))
-    };
-    let matrix = |g: &mut Graph,
-                  rows: u64,
-                  cols: u64,
-                  param: &mut dyn FnMut(&mut Graph, u64, bool) -> Result<ParamId>|
-     -> Result<ParamId> {
-        let id = param(g, mul(rows, cols)?, true)?;
-        g.set_matrix(id, rows, cols);
-        Ok(id)
-    };
-    let norm = |g: &mut Graph,
-                param: &mut dyn FnMut(&mut Graph, u64, bool) -> Result<ParamId>,
-                width: u64|
-     -> Result<Vec<ParamId>> {
-        let mut v = vec![param(g, width, false)?];
-        if s.norm == Norm::LayerNorm {
-            v.push(param(g, width, true)?);
+        let cast =
+            if cx.autocast && decl.matmul { mul(numel, cx.compute_dtype.size())? } else { 0 };
+        let id = g.add_param(bytes, cast);
+        if let Some((rows, cols)) = decl.shape.matrix() {
+            g.set_matrix(id, rows, cols);
         }
-        Ok(v)
-    };
-    let table = |g: &mut Graph,
-                 rows: u64,
-                 cols: u64,
-                 param: &mut dyn FnMut(&mut Graph, u64, bool) -> Result<ParamId>|
-     -> Result<ParamId> {
-        let id = param(g, mul(rows, cols)?, false)?;
-        g.set_matrix(id, rows, cols);
-        Ok(id)
-    };
-    let embed = matrix(g, s.vocab_size, h, &mut param)?;
-    let positions = match s.positions {
-        Positions::Learned { max_positions } => Some(table(g, max_positions, h, &mut param)?),
-        Positions::Rotary { .. } => None,
-    };
-    let token_types = if s.type_vocab_size > 0 {
-        Some(table(g, s.type_vocab_size, h, &mut param)?)
-    } else {
-        None
-    };
-    let embed_norm = if s.head == Head::MaskedLm { norm(g, &mut param, h)? } else { Vec::new() };
-    let q = s.q_width();
-    let kv = s.kv_width();
-    let i = s.intermediate_size;
-    let mut layers = Vec::new();
-    for _ in 0..s.n_layers {
-        let mut l = LayerParams { norm1: norm(g, &mut param, h)?, ..LayerParams::default() };
-        if s.fused_qkv {
-            l.qkv.push(matrix(g, h, q + 2 * kv, &mut param)?);
-            if s.qkv_bias {
-                l.qkv_bias.push(param(g, q + 2 * kv, true)?);
-            }
-        } else {
-            for w in [q, kv, kv] {
-                l.qkv.push(matrix(g, h, w, &mut param)?);
-                if s.qkv_bias {
-                    l.qkv_bias.push(param(g, w, true)?);
+        match (layer, decl.slot) {
+            (None, Slot::Embed) => model.embed = id,
+            (None, Slot::Positions) => model.positions = Some(id),
+            (None, Slot::TokenTypes) => model.token_types = Some(id),
+            (None, Slot::EmbedNorm) => model.embed_norm.push(id),
+            (None, Slot::FinalNorm) => model.final_norm.push(id),
+            (None, Slot::Mlm) => model.mlm.push(id),
+            (None, Slot::Head) => model.head = id,
+            (None, Slot::HeadBias) => model.head_bias = Some(id),
+            (Some(l), slot) => {
+                let lp = &mut model.layers[l as usize];
+                match slot {
+                    Slot::Norm1 => lp.norm1.push(id),
+                    Slot::Qkv => lp.qkv.push(id),
+                    Slot::QkvBias => lp.qkv_bias.push(id),
+                    Slot::QkNorm => lp.qk_norm.push(id),
+                    Slot::O => lp.o = Some(id),
+                    Slot::OBias => lp.o_bias = Some(id),
+                    Slot::Norm2 => lp.norm2.push(id),
+                    Slot::Sandwich => lp.sandwich.push(id),
+                    Slot::Router => lp.router = Some(id),
+                    Slot::Mlp => lp.mlp.push(id),
+                    Slot::MlpBias => lp.mlp_bias.push(id),
+                    other => unreachable!("{other:?} is not a layer slot"),
                 }
             }
+            (None, other) => unreachable!("{other:?} is a layer slot"),
         }
-        if s.qk_norm {
-            l.qk_norm = vec![param(g, s.head_dim, false)?, param(g, s.head_dim, false)?];
-        }
-        l.o = Some(matrix(g, q, h, &mut param)?);
-        if s.o_bias {
-            l.o_bias = Some(param(g, h, true)?);
-        }
-        l.norm2 = norm(g, &mut param, h)?;
-        if s.sandwich_norm {
-            l.sandwich = norm(g, &mut param, h)?;
-            l.sandwich.extend(norm(g, &mut param, h)?);
-        }
-        if let Some(m) = s.moe {
-            // transformers 5 keeps each layer's experts as two 3-D parameters:
-            // gate_up_proj [E, 2I, H] and down_proj [E, H, I].
-            l.router = Some(matrix(g, h, m.experts, &mut param)?);
-            l.mlp.push(matrix(g, mul(m.experts, 2 * i)?, h, &mut param)?);
-            l.mlp.push(matrix(g, mul(m.experts, h)?, i, &mut param)?);
-        }
-        let dense_mlps = if s.moe.is_some() { 0 } else { 1 };
-        for _ in 0..dense_mlps {
-            if s.gated_mlp {
-                if s.fused_gate_up {
-                    l.mlp.push(matrix(g, h, 2 * i, &mut param)?);
-                } else {
-                    l.mlp.push(matrix(g, h, i, &mut param)?);
-                    l.mlp.push(matrix(g, h, i, &mut param)?);
-                }
-            } else {
-                l.mlp.push(matrix(g, h, i, &mut param)?);
-                if s.mlp_bias {
-                    l.mlp_bias.push(param(g, i, true)?);
-                }
-            }
-            l.mlp.push(matrix(g, i, h, &mut param)?);
-            if s.mlp_bias {
-                l.mlp_bias.push(param(g, h, true)?);
-            }
-        }
-        layers.push(l);
     }
-    let (final_norm, mlm) = match s.head {
-        Head::CausalLm => (norm(g, &mut param, h)?, Vec::new()),
-        Head::MaskedLm => {
-            let mut v = vec![matrix(g, h, h, &mut param)?, param(g, h, true)?];
-            v.extend(norm(g, &mut param, h)?);
-            (Vec::new(), v)
-        }
-    };
-    let head = if s.tied_embeddings {
-        g.set_shared(embed);
-        embed
-    } else {
-        matrix(g, s.vocab_size, h, &mut param)?
-    };
-    let head_bias =
-        if s.head == Head::MaskedLm { Some(param(g, s.vocab_size, true)?) } else { None };
-    // Buffers: rotary inverse frequencies (two copies), BERT's position and token-type ids.
-    let buffers = match s.positions {
-        Positions::Rotary { dims } => {
-            dims / 2 * 2 * if cx.param_dtype == DType::F32 { 4 } else { 2 }
-        }
-        Positions::Learned { max_positions } if s.head == Head::MaskedLm => max_positions * 16,
-        Positions::Learned { .. } => 0,
-    };
+    if layout.tied {
+        g.set_shared(model.embed);
+        model.head = model.embed;
+    }
+    // Buffers.
+    let mut buffers = 0u64;
+    for b in &layout.buffers {
+        let size = b.dtype.unwrap_or(cx.param_dtype).size();
+        buffers = buffers.checked_add(mul(b.numel, size)?).ok_or(Overflow)?;
+    }
     if buffers > 0 {
         g.tl.alloc(crate::timeline::Component::Parameters, buffers)?;
     }
-    Ok(Model {
-        embed,
-        positions,
-        token_types,
-        embed_norm,
-        layers,
-        final_norm,
-        mlm,
-        head,
-        head_bias,
-    })
+    Ok(model)
 }
 
 /// Embedding lookup (and positions, token types, scaling, dropout, BERT's LayerNorm).
@@ -266,12 +188,11 @@ fn embed(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<Tensor> {
         g.drop(t.id);
         x = y;
     }
-    if let Some(pp) = m.positions {
-        let per = if s.head == Head::MaskedLm { e } else { mul(cx.setup.seq_len, h)? };
+    if let (Some(pp), Positions::Learned { ids_from_buffer, .. }) = (m.positions, s.positions) {
+        let per = if ids_from_buffer { e } else { mul(cx.setup.seq_len, h)? };
         // GPT-2 computes `position_ids` (int64 `[1, S]`, `arange` + offset) and the lookup
         // saves them; BERT slices its registered buffer (a view).
-        let ids =
-            if s.head == Head::MaskedLm { None } else { Some(g.alloc(mul(cx.setup.seq_len, 8)?)?) };
+        let ids = if ids_from_buffer { None } else { Some(g.alloc(mul(cx.setup.seq_len, 8)?)?) };
         let t = new(g, cx.param_dtype, per)?;
         g.record(&[t.id], ids.as_slice(), vec![grad_of(g, pp)]);
         if let Some(i) = ids {
@@ -329,7 +250,7 @@ fn head_and_loss(g: &mut Graph, cx: &Context<'_>, m: &Model, h: Tensor) -> Resul
     // Causal LMs use `ForCausalLMLoss`: logits.float(), then cross_entropy = log_softmax + nll.
     // BERT/RoBERTa call `CrossEntropyLoss()` on the logits as they are; autocast (CPU and
     // CUDA alike) runs cross_entropy in fp32, pure bf16 keeps it in bf16.
-    let loss_dt = if s.head == Head::CausalLm || cx.autocast { DType::F32 } else { logits.dtype };
+    let loss_dt = if s.loss_upcasts_logits || cx.autocast { DType::F32 } else { logits.dtype };
     let (l32, copied) = to(g, logits, loss_dt)?;
     let logp = unary(g, l32, loss_dt, false, true)?;
     if copied {
@@ -366,7 +287,7 @@ fn micro_batch(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<()> {
         g.drop(x.id);
         x = y;
     }
-    let h = if s.head == Head::CausalLm {
+    let h = if s.final_norm {
         let y = norm(g, cx, x, &m.final_norm, cx.tokens)?;
         g.drop(x.id);
         y
@@ -413,11 +334,8 @@ fn layer_inputs(g: &mut Graph, cx: &Context<'_>) -> Result<Vec<crate::timeline::
     let seq = cx.setup.seq_len;
     let hd = hidden_dtype(cx);
     let mut shared = Vec::new();
-    if s.head == Head::CausalLm
-        && self::attention::effective_kernel(cx) == self::attention::Kernel::Eager
-    {
-        let masks = if s.architecture == crate::model::Architecture::Gemma2 { 2 } else { 1 };
-        for _ in 0..masks {
+    if self::attention::effective_kernel(cx) == self::attention::Kernel::Eager {
+        for _ in 0..s.eager_masks {
             shared.push(g.alloc(mul(mul(mul(b, seq)?, seq)?, hd.size())?)?);
         }
     }
@@ -544,6 +462,20 @@ mod tests {
             let two = peaks(2);
             prop_assert_eq!(two, peaks(3));
             prop_assert_eq!(two, peaks(4));
+        }
+    }
+
+    /// The step simulates exactly the layout's parameters: the same tensors, the same count.
+    #[test]
+    fn the_step_registers_the_layout() {
+        for name in catalog::names() {
+            let spec = ModelSpec::from_hf_config(catalog::config_json(name).unwrap()).unwrap();
+            let setup = TrainSetup { micro_batch: 1, seq_len: 16, ..TrainSetup::default() };
+            let (g, sizes) = simulate_micro_batches(&spec, &setup, &Device::CUDA, None, 1).unwrap();
+            let layout = spec.parameter_layout();
+            assert_eq!(sizes.len(), layout.iter().count(), "{name}");
+            assert_eq!(g.params.len(), sizes.len(), "{name}");
+            assert_eq!(sizes.iter().sum::<u64>(), spec.parameter_count(), "{name}");
         }
     }
 

@@ -1,0 +1,410 @@
+//! [`ParameterLayout`]: a model's parameters and buffers, declared once.
+//!
+//! Each architecture's tensors are listed here, in the order `transformers` registers them,
+//! with their shape and how they are used. The parameter count, the simulated step's
+//! parameters (and through them gradients and optimizer state), and later sharding and
+//! adapters are all derived from this one list.
+
+use serde::Serialize;
+
+use crate::model::{Head, ModelSpec, Norm, Positions};
+use crate::units::DType;
+
+/// A parameter's shape, as far as memory is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Shape {
+    /// A 2-D weight (or a 3-D expert weight folded to 2-D: `[experts · rows, cols]`).
+    Matrix {
+        /// Rows.
+        rows: u64,
+        /// Columns.
+        cols: u64,
+    },
+    /// A 1-D parameter (norm weights, biases).
+    Vector {
+        /// Elements.
+        len: u64,
+    },
+}
+
+impl Shape {
+    /// Elements, or `None` on overflow.
+    pub fn numel(self) -> Option<u64> {
+        match self {
+            Shape::Matrix { rows, cols } => rows.checked_mul(cols),
+            Shape::Vector { len } => Some(len),
+        }
+    }
+
+    /// `(rows, cols)` of a matrix.
+    pub fn matrix(self) -> Option<(u64, u64)> {
+        match self {
+            Shape::Matrix { rows, cols } => Some((rows, cols)),
+            Shape::Vector { .. } => None,
+        }
+    }
+}
+
+/// Where a parameter sits in the model, which is what the step code asks for it by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Slot {
+    /// The token embedding table.
+    Embed,
+    /// The learned position table.
+    Positions,
+    /// The token-type table.
+    TokenTypes,
+    /// The embedding norm.
+    EmbedNorm,
+    /// A layer's first norm (before attention; after it in post-norm layers).
+    Norm1,
+    /// A q, k, v (or fused qkv) projection weight.
+    Qkv,
+    /// Its bias.
+    QkvBias,
+    /// The per-head q and k norms.
+    QkNorm,
+    /// The attention output projection.
+    O,
+    /// Its bias.
+    OBias,
+    /// A layer's second norm.
+    Norm2,
+    /// The sandwich norms after attention and after the MLP.
+    Sandwich,
+    /// The mixture-of-experts router.
+    Router,
+    /// An MLP (or expert) projection weight.
+    Mlp,
+    /// Its bias.
+    MlpBias,
+    /// The final norm.
+    FinalNorm,
+    /// The masked-LM head's transform (dense, bias, norm).
+    Mlm,
+    /// The output projection (absent when tied to the embedding).
+    Head,
+    /// The output projection's bias.
+    HeadBias,
+}
+
+/// One parameter tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct ParameterDecl {
+    /// Where it sits.
+    pub slot: Slot,
+    /// Its name in `transformers`, without the layer prefix.
+    pub name: &'static str,
+    /// Its shape.
+    pub shape: Shape,
+    /// A matmul uses it, so autocast keeps a low-precision copy of it per forward.
+    pub matmul: bool,
+    /// It requires a gradient.
+    pub trains: bool,
+}
+
+/// A registered buffer (no gradient, no optimizer state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct BufferDecl {
+    /// Its name in `transformers`.
+    pub name: &'static str,
+    /// Elements.
+    pub numel: u64,
+    /// Its dtype; `None` follows the parameters' dtype.
+    pub dtype: Option<DType>,
+}
+
+/// Every parameter and buffer of a model, in registration order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ParameterLayout {
+    /// Before the layers (embeddings).
+    pub before: Vec<ParameterDecl>,
+    /// One layer's parameters; every layer has the same.
+    pub layer: Vec<ParameterDecl>,
+    /// Layers.
+    pub n_layers: u64,
+    /// After the layers (final norm, head).
+    pub after: Vec<ParameterDecl>,
+    /// The output head is the embedding matrix.
+    pub tied: bool,
+    /// Buffers, allocated after the parameters.
+    pub buffers: Vec<BufferDecl>,
+}
+
+impl ParameterLayout {
+    /// `sum(p.numel() for p in model.parameters())` (a tied matrix once), or `None` on
+    /// overflow.
+    pub fn parameter_count(&self) -> Option<u64> {
+        let sum = |decls: &[ParameterDecl]| {
+            decls.iter().try_fold(0u64, |a, d| a.checked_add(d.shape.numel()?))
+        };
+        sum(&self.layer)?
+            .checked_mul(self.n_layers)?
+            .checked_add(sum(&self.before)?)?
+            .checked_add(sum(&self.after)?)
+    }
+
+    /// Every parameter in registration order, with its layer (`None` outside the layers).
+    pub fn iter(&self) -> impl Iterator<Item = (Option<u64>, &ParameterDecl)> {
+        let layers = (0..self.n_layers).flat_map(|l| self.layer.iter().map(move |d| (Some(l), d)));
+        self.before
+            .iter()
+            .map(|d| (None, d))
+            .chain(layers)
+            .chain(self.after.iter().map(|d| (None, d)))
+    }
+}
+
+fn matrix(slot: Slot, name: &'static str, rows: u64, cols: u64) -> ParameterDecl {
+    ParameterDecl { slot, name, shape: Shape::Matrix { rows, cols }, matmul: true, trains: true }
+}
+
+fn table(slot: Slot, name: &'static str, rows: u64, cols: u64) -> ParameterDecl {
+    ParameterDecl { slot, name, shape: Shape::Matrix { rows, cols }, matmul: false, trains: true }
+}
+
+/// A linear layer's bias (autocast casts it with the weight).
+fn bias(slot: Slot, name: &'static str, len: u64) -> ParameterDecl {
+    ParameterDecl { slot, name, shape: Shape::Vector { len }, matmul: true, trains: true }
+}
+
+/// A norm's weight and (LayerNorm) bias.
+fn norm(out: &mut Vec<ParameterDecl>, spec: &ModelSpec, slot: Slot, name: &'static str, len: u64) {
+    let vector = |name| ParameterDecl {
+        slot,
+        name,
+        shape: Shape::Vector { len },
+        matmul: false,
+        trains: true,
+    };
+    out.push(vector(name));
+    if spec.norm == Norm::LayerNorm {
+        out.push(vector("bias"));
+    }
+}
+
+impl ModelSpec {
+    /// The model's parameters and buffers (elements may overflow only for specs that
+    /// [`ModelSpec::resolve`] rejects).
+    pub fn parameter_layout(&self) -> ParameterLayout {
+        let h = self.hidden_size;
+        let v = self.vocab_size;
+        let q = self.q_width();
+        let kv = self.kv_width();
+        let i = self.intermediate_size;
+        let wide = |a: u64, b: u64| a.saturating_mul(b);
+
+        let mut before = vec![matrix(Slot::Embed, "embed_tokens.weight", v, h)];
+        if !self.tied_embeddings {
+            // Only a tied embedding is used by a matmul.
+            before[0].matmul = false;
+        }
+        if let Positions::Learned { max_positions, .. } = self.positions {
+            before.push(table(Slot::Positions, "position_embeddings.weight", max_positions, h));
+        }
+        if self.type_vocab_size > 0 {
+            before.push(table(
+                Slot::TokenTypes,
+                "token_type_embeddings.weight",
+                self.type_vocab_size,
+                h,
+            ));
+        }
+        if self.embedding_norm {
+            norm(&mut before, self, Slot::EmbedNorm, "embeddings.norm.weight", h);
+        }
+
+        let mut layer = Vec::new();
+        norm(&mut layer, self, Slot::Norm1, "input_layernorm.weight", h);
+        if self.fused_qkv {
+            layer.push(matrix(Slot::Qkv, "qkv_proj.weight", h, q + 2 * kv));
+            if self.qkv_bias {
+                layer.push(bias(Slot::QkvBias, "qkv_proj.bias", q + 2 * kv));
+            }
+        } else {
+            for (name, bias_name, width) in [
+                ("q_proj.weight", "q_proj.bias", q),
+                ("k_proj.weight", "k_proj.bias", kv),
+                ("v_proj.weight", "v_proj.bias", kv),
+            ] {
+                layer.push(matrix(Slot::Qkv, name, h, width));
+                if self.qkv_bias {
+                    layer.push(bias(Slot::QkvBias, bias_name, width));
+                }
+            }
+        }
+        if self.qk_norm {
+            for name in ["q_norm.weight", "k_norm.weight"] {
+                layer.push(ParameterDecl {
+                    slot: Slot::QkNorm,
+                    name,
+                    shape: Shape::Vector { len: self.head_dim },
+                    matmul: false,
+                    trains: true,
+                });
+            }
+        }
+        layer.push(matrix(Slot::O, "o_proj.weight", q, h));
+        if self.o_bias {
+            layer.push(bias(Slot::OBias, "o_proj.bias", h));
+        }
+        norm(&mut layer, self, Slot::Norm2, "post_attention_layernorm.weight", h);
+        if self.sandwich_norm {
+            norm(&mut layer, self, Slot::Sandwich, "post_attention_norm.weight", h);
+            norm(&mut layer, self, Slot::Sandwich, "post_feedforward_layernorm.weight", h);
+        }
+        if let Some(m) = self.moe {
+            // transformers 5 keeps each layer's experts as two 3-D parameters:
+            // gate_up_proj [E, 2I, H] and down_proj [E, H, I].
+            layer.push(matrix(Slot::Router, "router.weight", h, m.experts));
+            layer.push(matrix(Slot::Mlp, "experts.gate_up_proj", wide(m.experts, 2 * i), h));
+            layer.push(matrix(Slot::Mlp, "experts.down_proj", wide(m.experts, h), i));
+        } else {
+            let projections: &[(&str, &str, u64, u64)] = if !self.gated_mlp {
+                &[
+                    ("up_proj.weight", "up_proj.bias", h, i),
+                    ("down_proj.weight", "down_proj.bias", i, h),
+                ]
+            } else if self.fused_gate_up {
+                &[
+                    ("gate_up_proj.weight", "gate_up_proj.bias", h, 2 * i),
+                    ("down_proj.weight", "down_proj.bias", i, h),
+                ]
+            } else {
+                &[
+                    ("gate_proj.weight", "gate_proj.bias", h, i),
+                    ("up_proj.weight", "up_proj.bias", h, i),
+                    ("down_proj.weight", "down_proj.bias", i, h),
+                ]
+            };
+            for &(name, bias_name, rows, cols) in projections {
+                layer.push(matrix(Slot::Mlp, name, rows, cols));
+                if self.mlp_bias {
+                    layer.push(bias(Slot::MlpBias, bias_name, cols));
+                }
+            }
+        }
+
+        let mut after = Vec::new();
+        if self.final_norm {
+            norm(&mut after, self, Slot::FinalNorm, "norm.weight", h);
+        }
+        if self.head == Head::MaskedLm {
+            after.push(matrix(Slot::Mlm, "transform.dense.weight", h, h));
+            after.push(bias(Slot::Mlm, "transform.dense.bias", h));
+            norm(&mut after, self, Slot::Mlm, "transform.LayerNorm.weight", h);
+        }
+        if !self.tied_embeddings {
+            after.push(matrix(Slot::Head, "lm_head.weight", v, h));
+        }
+        if self.head == Head::MaskedLm {
+            after.push(bias(Slot::HeadBias, "decoder.bias", v));
+        }
+
+        let mut buffers = Vec::new();
+        if let Positions::Rotary { dims } = self.positions {
+            // `inv_freq` and `original_inv_freq`, `dims / 2` each, in the parameters' dtype.
+            buffers.push(BufferDecl {
+                name: "rotary_emb.inv_freq",
+                numel: dims / 2 * 2,
+                dtype: None,
+            });
+        }
+        if self.id_buffers
+            && let Positions::Learned { max_positions, .. } = self.positions
+        {
+            for name in ["embeddings.position_ids", "embeddings.token_type_ids"] {
+                buffers.push(BufferDecl { name, numel: max_positions, dtype: Some(DType::I64) });
+            }
+        }
+
+        ParameterLayout {
+            before,
+            layer,
+            n_layers: self.n_layers,
+            after,
+            tied: self.tied_embeddings,
+            buffers,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{ModelSpec, catalog};
+
+    fn spec(name: &str, overrides: &[(&str, serde_json::Value)]) -> ModelSpec {
+        let mut config: serde_json::Value =
+            serde_json::from_str(catalog::config_json(name).expect("catalog")).expect("json");
+        for (k, v) in overrides {
+            config[*k] = v.clone();
+        }
+        ModelSpec::from_hf_config(&config.to_string()).expect("resolves")
+    }
+
+    #[track_caller]
+    fn check_layer_names(name: &str, overrides: &[(&str, serde_json::Value)], expected: &[&str]) {
+        let layout = spec(name, overrides).parameter_layout();
+        let names: Vec<&str> = layout.layer.iter().map(|d| d.name).collect();
+        assert_eq!(names, expected, "{name}");
+    }
+
+    #[test]
+    fn mixtral_layers_hold_the_router_and_two_fused_expert_tensors() {
+        check_layer_names(
+            "mixtral-8x7b",
+            &[],
+            &[
+                "input_layernorm.weight",
+                "q_proj.weight",
+                "k_proj.weight",
+                "v_proj.weight",
+                "o_proj.weight",
+                "post_attention_layernorm.weight",
+                "router.weight",
+                "experts.gate_up_proj",
+                "experts.down_proj",
+            ],
+        );
+    }
+
+    /// `LlamaMLP` gives all three projections a bias when `mlp_bias` is set.
+    #[test]
+    fn llama_mlp_bias_puts_a_bias_on_every_projection() {
+        check_layer_names(
+            "llama-3.2-1b",
+            &[("mlp_bias", serde_json::Value::Bool(true))],
+            &[
+                "input_layernorm.weight",
+                "q_proj.weight",
+                "k_proj.weight",
+                "v_proj.weight",
+                "o_proj.weight",
+                "post_attention_layernorm.weight",
+                "gate_proj.weight",
+                "gate_proj.bias",
+                "up_proj.weight",
+                "up_proj.bias",
+                "down_proj.weight",
+                "down_proj.bias",
+            ],
+        );
+        let plain = spec("llama-3.2-1b", &[]);
+        let biased = spec("llama-3.2-1b", &[("mlp_bias", serde_json::Value::Bool(true))]);
+        let per_layer = 2 * plain.intermediate_size + plain.hidden_size;
+        assert_eq!(biased.parameter_count() - plain.parameter_count(), per_layer * plain.n_layers);
+    }
+
+    #[test]
+    fn a_tied_head_is_the_embedding() {
+        for name in catalog::names() {
+            let s = spec(name, &[]);
+            let layout = s.parameter_layout();
+            let heads = layout.after.iter().filter(|d| d.slot == super::Slot::Head).count();
+            assert_eq!(heads, usize::from(!s.tied_embeddings), "{name}");
+            assert_eq!(layout.before[0].matmul, s.tied_embeddings, "{name}");
+        }
+    }
+}

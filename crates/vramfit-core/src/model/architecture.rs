@@ -1,0 +1,260 @@
+//! What each architecture decides, as `transformers` builds it: one exhaustive table.
+//!
+//! Every architecture answers every question here, in its own arm of [`traits`]: a new
+//! architecture is a new arm, and the compiler refuses it until each field has an answer.
+//! [`ModelSpec::resolve`](super::ModelSpec::resolve) combines these answers with the values of
+//! a `config.json`; nothing after it asks which architecture a model is.
+
+use super::{Architecture, Head, Norm};
+
+/// The default of a bias flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum BiasRule {
+    /// Fixed by the architecture's code.
+    Always(bool),
+    /// `config.json`'s flag (`attention_bias`, `mlp_bias`), with this default.
+    Config(bool),
+}
+
+/// How positions enter the model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum PositionRule {
+    /// Rotary embeddings over the whole head.
+    Rotary,
+    /// Rotary embeddings over `rotary_pct` of each head (default given).
+    PartialRotary { default_pct: f64 },
+    /// A learned table (`max_position_embeddings`, default given); the ids are an `arange`
+    /// computed per forward (GPT-2) or a slice of a registered buffer (BERT).
+    Learned { default_max: u64, ids_from_buffer: bool },
+}
+
+/// Where `head_dim` comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum HeadDimRule {
+    /// `hidden_size / num_attention_heads` (the config's `head_dim` is not read).
+    Width,
+    /// The config's `head_dim`, else the width rule.
+    ConfigOrWidth,
+    /// The config's `head_dim`, else this.
+    ConfigOr(u64),
+}
+
+/// Which dropout the embedding output gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum EmbeddingDropoutRule {
+    /// None.
+    Off,
+    /// Its own probability (`embd_pdrop`), defaulting to the architecture's dropout.
+    Own,
+    /// The hidden dropout.
+    Hidden,
+}
+
+/// One architecture's answers.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Traits {
+    /// The normalisation layer.
+    pub(super) norm: Norm,
+    /// `down(act(gate(x)) * up(x))`.
+    pub(super) gated_mlp: bool,
+    /// One q/k/v projection.
+    pub(super) fused_qkv: bool,
+    /// One gate/up projection.
+    pub(super) fused_gate_up: bool,
+    /// Per-head RMSNorm on q and k.
+    pub(super) qk_norm: bool,
+    /// Norms after the sublayers as well as before.
+    pub(super) sandwich_norm: bool,
+    /// Norms after each residual addition only (BERT), not before the sublayers.
+    pub(super) post_norm: bool,
+    /// A norm on the embedding output.
+    pub(super) embedding_norm: bool,
+    /// A norm after the last layer.
+    pub(super) final_norm: bool,
+    /// Embeddings multiplied by `sqrt(hidden_size)`.
+    pub(super) scaled_embeddings: bool,
+    /// The output head.
+    pub(super) head: Head,
+    /// The loss casts the logits to fp32 first (`ForCausalLMLoss`: `logits.float()`), rather
+    /// than `CrossEntropyLoss` on the logits as they are.
+    pub(super) loss_upcasts_logits: bool,
+    /// The eager attention calls `softmax(dtype=float32)` (Llama family) rather than plain
+    /// `softmax`.
+    pub(super) eager_softmax_fp32: bool,
+    /// Attention masks the base model builds for eager attention (Gemma 2: full and sliding
+    /// window; encoders without padding: none).
+    pub(super) eager_masks: u64,
+    /// The base model registers int64 `position_ids` and `token_type_ids` buffers.
+    pub(super) id_buffers: bool,
+    /// Positions.
+    pub(super) positions: PositionRule,
+    /// `head_dim`.
+    pub(super) head_dim: HeadDimRule,
+    /// The config key and default of the MLP activation.
+    pub(super) activation: (&'static str, &'static str),
+    /// The config key for the activation, when it is not `hidden_act`.
+    pub(super) activation_key: &'static str,
+    /// Biases on q, k, v.
+    pub(super) qkv_bias: BiasRule,
+    /// Bias on the attention output.
+    pub(super) o_bias: BiasRule,
+    /// Biases on the MLP projections.
+    pub(super) mlp_bias: BiasRule,
+    /// `tie_word_embeddings` default.
+    pub(super) tied_default: bool,
+    /// Default of every dropout probability.
+    pub(super) dropout_default: f64,
+    /// The embedding dropout.
+    pub(super) embedding_dropout: EmbeddingDropoutRule,
+    /// `intermediate_size` may be absent: 4 × width.
+    pub(super) intermediate_defaults_to_4x: bool,
+    /// A sparse mixture of experts (defaults: 8 experts, top 2).
+    pub(super) moe: bool,
+    /// Attention and final logit soft-capping defaults.
+    pub(super) softcaps: Option<(f64, f64)>,
+    /// A token-type table (`type_vocab_size`, default 2).
+    pub(super) token_types: bool,
+    /// Attention and MLP read the same input (`use_parallel_residual`, default true).
+    pub(super) parallel_residual: bool,
+}
+
+/// The decoder-only Llama family's answers, the base of several arms below.
+const LLAMA: Traits = Traits {
+    norm: Norm::RmsNorm,
+    gated_mlp: true,
+    fused_qkv: false,
+    fused_gate_up: false,
+    qk_norm: false,
+    sandwich_norm: false,
+    post_norm: false,
+    embedding_norm: false,
+    final_norm: true,
+    scaled_embeddings: false,
+    head: Head::CausalLm,
+    loss_upcasts_logits: true,
+    eager_softmax_fp32: true,
+    eager_masks: 1,
+    id_buffers: false,
+    positions: PositionRule::Rotary,
+    head_dim: HeadDimRule::ConfigOrWidth,
+    activation: ("hidden_act", "silu"),
+    activation_key: "hidden_act",
+    qkv_bias: BiasRule::Config(false),
+    o_bias: BiasRule::Config(false),
+    mlp_bias: BiasRule::Always(false),
+    tied_default: false,
+    dropout_default: 0.0,
+    embedding_dropout: EmbeddingDropoutRule::Off,
+    intermediate_defaults_to_4x: false,
+    moe: false,
+    softcaps: None,
+    token_types: false,
+    parallel_residual: false,
+};
+
+/// BERT and RoBERTa.
+const ENCODER: Traits = Traits {
+    norm: Norm::LayerNorm,
+    gated_mlp: false,
+    fused_qkv: false,
+    fused_gate_up: false,
+    qk_norm: false,
+    sandwich_norm: false,
+    post_norm: true,
+    embedding_norm: true,
+    final_norm: false,
+    scaled_embeddings: false,
+    head: Head::MaskedLm,
+    loss_upcasts_logits: false,
+    eager_softmax_fp32: false,
+    eager_masks: 0,
+    id_buffers: true,
+    positions: PositionRule::Learned { default_max: 512, ids_from_buffer: true },
+    head_dim: HeadDimRule::Width,
+    activation: ("hidden_act", "gelu"),
+    activation_key: "hidden_act",
+    qkv_bias: BiasRule::Always(true),
+    o_bias: BiasRule::Always(true),
+    mlp_bias: BiasRule::Always(true),
+    tied_default: true,
+    dropout_default: 0.1,
+    embedding_dropout: EmbeddingDropoutRule::Hidden,
+    intermediate_defaults_to_4x: false,
+    moe: false,
+    softcaps: None,
+    token_types: true,
+    parallel_residual: false,
+};
+
+/// Each architecture's answers.
+pub(super) fn traits(arch: Architecture) -> Traits {
+    use Architecture as A;
+    match arch {
+        A::Llama => Traits { mlp_bias: BiasRule::Config(false), ..LLAMA },
+        A::Mistral => LLAMA,
+        A::Mixtral => Traits { moe: true, ..LLAMA },
+        A::Qwen2 => {
+            Traits { qkv_bias: BiasRule::Always(true), o_bias: BiasRule::Always(false), ..LLAMA }
+        }
+        A::Qwen3 => Traits { qk_norm: true, head_dim: HeadDimRule::ConfigOr(128), ..LLAMA },
+        A::Gemma => Traits {
+            norm: Norm::GemmaRmsNorm,
+            scaled_embeddings: true,
+            head_dim: HeadDimRule::ConfigOr(256),
+            activation: ("hidden_act", "gelu_pytorch_tanh"),
+            tied_default: true,
+            ..LLAMA
+        },
+        A::Gemma2 => Traits {
+            norm: Norm::GemmaRmsNorm,
+            sandwich_norm: true,
+            scaled_embeddings: true,
+            eager_masks: 2,
+            head_dim: HeadDimRule::ConfigOr(256),
+            activation: ("hidden_activation", "gelu_pytorch_tanh"),
+            activation_key: "hidden_activation",
+            tied_default: true,
+            softcaps: Some((50.0, 30.0)),
+            ..LLAMA
+        },
+        A::Phi3 => Traits {
+            fused_qkv: true,
+            fused_gate_up: true,
+            head_dim: HeadDimRule::Width,
+            embedding_dropout: EmbeddingDropoutRule::Own,
+            ..LLAMA
+        },
+        A::Gpt2 => Traits {
+            norm: Norm::LayerNorm,
+            gated_mlp: false,
+            fused_qkv: true,
+            eager_softmax_fp32: false,
+            positions: PositionRule::Learned { default_max: 1024, ids_from_buffer: false },
+            head_dim: HeadDimRule::Width,
+            activation: ("activation_function", "gelu_new"),
+            qkv_bias: BiasRule::Always(true),
+            o_bias: BiasRule::Always(true),
+            mlp_bias: BiasRule::Always(true),
+            tied_default: true,
+            dropout_default: 0.1,
+            embedding_dropout: EmbeddingDropoutRule::Own,
+            intermediate_defaults_to_4x: true,
+            ..LLAMA
+        },
+        A::GptNeox => Traits {
+            norm: Norm::LayerNorm,
+            gated_mlp: false,
+            fused_qkv: true,
+            positions: PositionRule::PartialRotary { default_pct: 0.25 },
+            head_dim: HeadDimRule::Width,
+            activation: ("hidden_act", "gelu"),
+            qkv_bias: BiasRule::Config(true),
+            o_bias: BiasRule::Config(true),
+            mlp_bias: BiasRule::Always(true),
+            embedding_dropout: EmbeddingDropoutRule::Hidden,
+            parallel_residual: true,
+            ..LLAMA
+        },
+        A::Bert | A::Roberta => ENCODER,
+    }
+}
