@@ -5,11 +5,11 @@ use serde::Serialize;
 
 use crate::device::Device;
 use crate::model::ModelSpec;
-use crate::optim::state_bytes;
+use crate::optim::OptimizerRun;
 use crate::setup::{Attention, Optimizer, Precision, TrainSetup};
 use crate::step::simulate;
 use crate::timeline::{ByComponent, Component, Phase};
-use crate::units::{Bytes, DType, Overflow};
+use crate::units::{Bytes, Overflow};
 
 /// The largest sequence length accepted (16M tokens).
 pub const MAX_SEQ_LEN: u64 = 1 << 24;
@@ -260,21 +260,20 @@ fn run(
     record: Option<usize>,
 ) -> Result<(Estimate, Option<crate::timeline::StepTimeline>), EstimateError> {
     check_setup(setup)?;
-    let (mut graph, sizes) = simulate(spec, setup, device, record)?;
+    let (mut graph, states) = simulate(spec, setup, device, record)?;
     let timeline = graph.tl.take_record();
-    Ok((summarize(spec, setup, &graph, &sizes)?, timeline))
+    Ok((summarize(spec, setup, &graph, states), timeline))
 }
 
 fn summarize(
     spec: &ModelSpec,
     setup: &TrainSetup,
     graph: &crate::graph::Graph,
-    sizes: &[u64],
-) -> Result<Estimate, EstimateError> {
+    states: ModelStates,
+) -> Estimate {
     let (peak, phase, at_peak) = graph.tl.peak();
     let pp = graph.tl.phase_peaks();
-    let states = states_for_sizes(sizes, graph, setup)?;
-    Ok(Estimate {
+    Estimate {
         peak_allocated: Bytes(peak),
         peak_phase: phase,
         components_at_peak: Components::from_array(at_peak),
@@ -288,38 +287,6 @@ fn summarize(
         },
         parameters: spec.parameter_count(),
         warnings: warnings(spec, setup),
-    })
-}
-
-fn states_for_sizes(
-    sizes: &[u64],
-    graph: &crate::graph::Graph,
-    setup: &TrainSetup,
-) -> Result<ModelStates, EstimateError> {
-    let p = setup.precision.param_dtype();
-    let dtype = state_dtype(setup);
-    let mut params = 0u64;
-    let mut state = 0u64;
-    for (i, &n) in sizes.iter().enumerate() {
-        params = params.checked_add(n.checked_mul(p.size()).ok_or(Overflow)?).ok_or(Overflow)?;
-        let matrix = graph.params.get(i).and_then(|x| x.matrix);
-        state = state
-            .checked_add(state_bytes(setup.optimizer, n, matrix, dtype, false)?)
-            .ok_or(Overflow)?;
-    }
-    let total = params.checked_mul(2).and_then(|x| x.checked_add(state)).ok_or(Overflow)?;
-    Ok(ModelStates {
-        parameters: Bytes(params),
-        gradients: Bytes(params),
-        optimizer_state: Bytes(state),
-        total: Bytes(total),
-    })
-}
-
-fn state_dtype(setup: &TrainSetup) -> DType {
-    match setup.optimizer {
-        Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => DType::U8,
-        _ => setup.optimizer_state_dtype.unwrap_or(setup.precision.param_dtype()),
     }
 }
 
@@ -334,10 +301,10 @@ pub fn model_states_for_params(
     if params == 0 {
         return Err(EstimateError::NoParameters);
     }
-    let p = setup.precision.param_dtype().size();
-    let weights = params.checked_mul(p).ok_or(Overflow)?;
-    let dtype = state_dtype(setup);
-    let state = state_bytes(setup.optimizer, params, None, dtype, false)?;
+    let dtype = setup.precision.param_dtype();
+    let weights = params.checked_mul(dtype.size()).ok_or(Overflow)?;
+    let one = crate::optim::Stepped { numel: params, matrix: None };
+    let state = OptimizerRun::new(setup, dtype, vec![one], false)?.persistent_state()?;
     let total = weights.checked_mul(2).and_then(|x| x.checked_add(state)).ok_or(Overflow)?;
     Ok(ModelStates {
         parameters: Bytes(weights),

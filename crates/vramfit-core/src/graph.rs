@@ -6,7 +6,7 @@
 //! the optimizer step are one stream.
 
 use crate::timeline::{Component, Tid, Timeline};
-use crate::units::Overflow;
+use crate::units::{DType, Overflow};
 
 /// A parameter tensor of the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,11 +36,25 @@ pub(crate) enum Node {
     Checkpoint { input: Tid, output: Tid, segment: usize, held: (u32, u32) },
 }
 
+impl ParamState {
+    /// Bytes of its gradient (`numel × dtype`: PyTorch's `.grad` has the parameter's dtype).
+    pub(crate) fn grad_bytes(&self) -> u64 {
+        // `add_param` checked `numel × dtype` for the resident size of a plain parameter.
+        self.numel.saturating_mul(self.dtype.size())
+    }
+}
+
 /// A parameter's bookkeeping during a step.
 #[derive(Debug, Clone)]
 pub(crate) struct ParamState {
-    /// Bytes of the parameter (and of its gradient).
-    pub(crate) bytes: u64,
+    /// Elements.
+    pub(crate) numel: u64,
+    /// The dtype it is stored and trained in (its gradient's dtype too).
+    pub(crate) dtype: DType,
+    /// Whether it requires a gradient (frozen parameters get none, and no optimizer state).
+    pub(crate) trains: bool,
+    /// Bytes it occupies on the device (`numel × dtype` unless stored otherwise).
+    pub(crate) resident: u64,
     /// Bytes of autocast's low-precision copy (0: no copy).
     pub(crate) cast_bytes: u64,
     /// The cached low-precision copy during this forward.
@@ -64,6 +78,9 @@ pub(crate) struct Graph {
     scratch: Vec<(Tid, Tid)>,
     param_scratch: Vec<(ParamId, Tid, bool)>,
     grad_of: Vec<Option<Tid>>,
+    /// Whether each tensor requires a gradient (indexed by storage; false until an op that
+    /// records a node produces it).
+    requires_grad: Vec<bool>,
     pub(crate) params: Vec<ParamState>,
     /// While false (inside a checkpointed segment's first forward), nothing is saved.
     pub(crate) saving: bool,
@@ -79,14 +96,26 @@ impl Graph {
             scratch: Vec::new(),
             param_scratch: Vec::new(),
             grad_of: Vec::new(),
+            requires_grad: Vec::new(),
             params: Vec::new(),
             saving: true,
         }
     }
 
-    pub(crate) fn add_param(&mut self, bytes: u64, cast_bytes: u64) -> ParamId {
+    /// Registers a parameter of `numel` elements stored in `dtype`.
+    pub(crate) fn add_param(
+        &mut self,
+        numel: u64,
+        dtype: DType,
+        trains: bool,
+        cast_bytes: u64,
+    ) -> Result<ParamId, Overflow> {
+        let resident = numel.checked_mul(dtype.size()).ok_or(Overflow)?;
         self.params.push(ParamState {
-            bytes,
+            numel,
+            dtype,
+            trains,
+            resident,
             cast_bytes,
             cast: None,
             grad: None,
@@ -94,20 +123,34 @@ impl Graph {
             shared: false,
             pending: None,
         });
-        ParamId(self.params.len() - 1)
+        Ok(ParamId(self.params.len() - 1))
+    }
+
+    /// A parameter's state.
+    pub(crate) fn param(&self, p: ParamId) -> &ParamState {
+        &self.params[p.0]
+    }
+
+    /// Whether a tensor requires a gradient.
+    pub(crate) fn requires_grad(&self, t: Tid) -> bool {
+        self.requires_grad.get(t.index()).copied().unwrap_or(false)
+    }
+
+    fn set_requires_grad(&mut self, t: Tid) {
+        let i = t.index();
+        if self.requires_grad.len() <= i {
+            self.requires_grad.resize(i + 1, false);
+        }
+        self.requires_grad[i] = true;
     }
 
     /// Marks a parameter used twice per forward (tied embeddings).
     pub(crate) fn set_shared(&mut self, p: ParamId) {
-        if let Some(s) = self.params.get_mut(p.0) {
-            s.shared = true;
-        }
+        self.params[p.0].shared = true;
     }
 
     pub(crate) fn set_matrix(&mut self, p: ParamId, rows: u64, cols: u64) {
-        if let Some(s) = self.params.get_mut(p.0) {
-            s.matrix = Some((rows, cols));
-        }
+        self.params[p.0].matrix = Some((rows, cols));
     }
 
     /// A new forward tensor (one reference: the Python variable).
@@ -123,7 +166,7 @@ impl Graph {
     /// The weight as a matmul sees it: under autocast, the cached low-precision copy
     /// (created on first use in this forward), which the node then saves.
     pub(crate) fn weight_for_matmul(&mut self, p: ParamId) -> Result<Option<Tid>, Overflow> {
-        let Some(state) = self.params.get(p.0) else { return Ok(None) };
+        let state = &self.params[p.0];
         if state.cast_bytes == 0 {
             return Ok(None);
         }
@@ -132,9 +175,7 @@ impl Graph {
         }
         let bytes = state.cast_bytes;
         let t = self.tl.alloc(Component::AutocastCache, bytes)?;
-        if let Some(s) = self.params.get_mut(p.0) {
-            s.cast = Some(t);
-        }
+        self.params[p.0].cast = Some(t);
         Ok(Some(t))
     }
 
@@ -146,9 +187,21 @@ impl Graph {
         }
     }
 
-    /// Records an op. Saved tensors gain a reference (and count as activations).
-    pub(crate) fn record(&mut self, outputs: &[Tid], saved: &[Tid], grads: Vec<Grad>) {
-        let Some(&output) = outputs.first() else { return };
+    /// Records an op producing `output`, as autograd does: only the gradients of inputs that
+    /// require one and of parameters that train are made, and when there is none the op
+    /// records no node and saves nothing (its output then requires no gradient either).
+    /// Saved tensors gain a reference (and count as activations).
+    pub(crate) fn record(&mut self, outputs: &[Tid], saved: &[Tid], mut grads: Vec<Grad>) {
+        let [output] = outputs else { panic!("an op records exactly one output") };
+        let output = *output;
+        grads.retain(|grad| match *grad {
+            Grad::New(t, _) | Grad::Pass(t) => self.requires_grad(t),
+            Grad::Param(p, _) | Grad::ParamCast(p, _) => self.params[p.0].trains,
+        });
+        if grads.is_empty() {
+            return;
+        }
+        self.set_requires_grad(output);
         let saved_start = self.saved_pool.len() as u32;
         if self.saving {
             for &s in saved {
@@ -239,6 +292,7 @@ impl Graph {
 
     /// Seeds the gradient of the loss.
     pub(crate) fn seed_grad(&mut self, t: Tid, bytes: u64) -> Result<(), Overflow> {
+        assert!(self.requires_grad(t), "backward of a loss that requires no gradient");
         let g = self.tl.alloc(Component::Temporaries, bytes)?;
         self.deposit(t, g);
         Ok(())
@@ -253,11 +307,8 @@ impl Graph {
     }
 
     fn accumulate_param(&mut self, p: ParamId, g: Tid, via_cast: bool) -> Result<(), Overflow> {
-        let Some(state) = self.params.get(p.0) else {
-            self.tl.release(g);
-            return Ok(());
-        };
-        let (bytes, cast) = (state.bytes, state.cast_bytes);
+        let state = &self.params[p.0];
+        let (bytes, cast) = (state.grad_bytes(), state.cast_bytes);
         // Autocast's copy node turns the low-precision gradient into the parameter's dtype.
         let g = if via_cast && cast > 0 {
             let full = self.tl.alloc(Component::Temporaries, bytes)?;
@@ -269,12 +320,10 @@ impl Graph {
         // A shared parameter's two contributions meet in autograd's input buffer, which adds
         // them out of place (`add`, checked on real CPU tensors: the transposed `mm` gradient
         // of the output projection cannot be added into): three buffers at once, then the sum.
-        let g = if self.params.get(p.0).is_some_and(|s| s.shared) {
-            match self.params.get_mut(p.0).and_then(|s| s.pending.take()) {
+        let g = if self.params[p.0].shared {
+            match self.params[p.0].pending.take() {
                 None => {
-                    if let Some(s) = self.params.get_mut(p.0) {
-                        s.pending = Some(g);
-                    }
+                    self.params[p.0].pending = Some(g);
                     return Ok(());
                 }
                 Some(first) => {
@@ -287,15 +336,13 @@ impl Graph {
         } else {
             g
         };
-        let existing = self.params.get(p.0).and_then(|s| s.grad);
+        let existing = self.params[p.0].grad;
         if existing.is_some() {
             // `.grad += new` in place.
             self.tl.release(g);
         } else {
             self.tl.recategorize(g, Component::Gradients);
-            if let Some(s) = self.params.get_mut(p.0) {
-                s.grad = Some(g);
-            }
+            self.params[p.0].grad = Some(g);
         }
         Ok(())
     }

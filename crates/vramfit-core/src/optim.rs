@@ -48,11 +48,31 @@ pub(crate) fn state_bytes(
     })
 }
 
-/// The optimizer across steps.
+/// The dtype of the optimizer's state: bitsandbytes' 8-bit optimizers keep uint8 (whatever
+/// is asked); the others follow the parameter unless told otherwise. The one rule, for the
+/// simulated step and for `--params` alike.
+pub(crate) fn state_dtype(setup: &TrainSetup, param_dtype: DType) -> DType {
+    match setup.optimizer {
+        Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => DType::U8,
+        _ => setup.optimizer_state_dtype.unwrap_or(param_dtype),
+    }
+}
+
+/// A parameter the optimizer steps: elements and, for a matrix, its shape.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stepped {
+    pub(crate) numel: u64,
+    pub(crate) matrix: Option<(u64, u64)>,
+}
+
+/// The optimizer across steps, over the parameters that train (a frozen parameter has no
+/// gradient, so `step()` skips it and creates no state for it).
 pub(crate) struct OptimizerRun {
     opt: Optimizer,
     dtype: DType,
-    sizes: Vec<u64>,
+    params: Vec<Stepped>,
+    /// Persistent state bytes per parameter (what `state_dict()` holds on the device).
+    state_bytes: Vec<u64>,
     state: Vec<Tid>,
     step_counters_on_device: bool,
     implementation: OptimizerImpl,
@@ -62,40 +82,41 @@ impl OptimizerRun {
     pub(crate) fn new(
         setup: &TrainSetup,
         param_dtype: DType,
-        sizes: &[u64],
+        params: Vec<Stepped>,
         step_counters_on_device: bool,
-    ) -> OptimizerRun {
-        let default = match setup.optimizer {
-            Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => DType::U8,
-            _ => param_dtype,
-        };
-        OptimizerRun {
+    ) -> Result<OptimizerRun, Overflow> {
+        let dtype = state_dtype(setup, param_dtype);
+        let state_bytes = params
+            .iter()
+            .map(|p| state_bytes(setup.optimizer, p.numel, p.matrix, dtype, false))
+            .collect::<Result<_, _>>()?;
+        Ok(OptimizerRun {
             opt: setup.optimizer,
-            dtype: setup.optimizer_state_dtype.unwrap_or(default),
-            sizes: sizes.to_vec(),
+            dtype,
+            params,
+            state_bytes,
             state: Vec::new(),
             step_counters_on_device,
             implementation: setup.optimizer_impl,
-        }
+        })
+    }
+
+    /// The persistent state, summed (without `step` counters).
+    pub(crate) fn persistent_state(&self) -> Result<u64, Overflow> {
+        self.state_bytes.iter().try_fold(0u64, |a, &b| a.checked_add(b)).ok_or(Overflow)
     }
 
     /// The state the first `step()` creates (`zeros_like` per parameter, in order).
     pub(crate) fn create_state(&mut self, g: &mut Graph) -> Result<(), Overflow> {
         if self.state.is_empty() {
-            for (i, &numel) in self.sizes.iter().enumerate() {
-                let matrix = g.params.get(i).and_then(|p| p.matrix);
-                let bytes = state_bytes(self.opt, numel, matrix, self.dtype, false)?;
-                // torch keeps `step` as a 0-d fp32 tensor on the CPU: device memory only when
-                // the device is the CPU.
-                let step = if self.step_counters_on_device
-                    && !matches!(self.opt, Optimizer::Sgd | Optimizer::SgdMomentum)
-                {
-                    4
-                } else {
-                    0
-                };
-                if bytes + step > 0 {
-                    self.state.push(g.tl.alloc(Component::OptimizerState, bytes + step)?);
+            // torch keeps `step` as a 0-d fp32 tensor on the CPU: device memory only when the
+            // device is the CPU.
+            let counters = self.step_counters_on_device
+                && !matches!(self.opt, Optimizer::Sgd | Optimizer::SgdMomentum);
+            for &bytes in &self.state_bytes {
+                let bytes = if counters { bytes + 4 } else { bytes };
+                if bytes > 0 {
+                    self.state.push(g.tl.alloc(Component::OptimizerState, bytes)?);
                 }
             }
         }
@@ -110,9 +131,9 @@ impl OptimizerRun {
             _ => self.dtype.size(),
         };
         let largest = self
-            .sizes
+            .params
             .iter()
-            .copied()
+            .map(|p| p.numel)
             .max()
             .unwrap_or(0)
             .checked_mul(state_size)
@@ -121,16 +142,18 @@ impl OptimizerRun {
         let temp: u64 = match self.opt {
             // exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs): one per parameter.
             Optimizer::Adam | Optimizer::Adamw => self
-                .sizes
+                .params
                 .iter()
-                .try_fold(0u64, |a, &n| n.checked_mul(state_size).and_then(|b| a.checked_add(b)))
+                .try_fold(0u64, |a, p| {
+                    p.numel.checked_mul(state_size).and_then(|b| a.checked_add(b))
+                })
                 .ok_or(Overflow)?,
             // var_estimates = row_var @ col_var for every matrix (grad dtype).
             Optimizer::Adafactor => {
                 let mut matrices = 0u64;
                 let mut vectors = 0u64;
-                for (i, &n) in self.sizes.iter().enumerate() {
-                    if g.params.get(i).and_then(|p| p.matrix).is_some() {
+                for &Stepped { numel: n, matrix } in &self.params {
+                    if matrix.is_some() {
                         matrices = n
                             .checked_mul(state_size)
                             .and_then(|b| matrices.checked_add(b))

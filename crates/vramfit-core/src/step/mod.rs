@@ -10,11 +10,12 @@ mod ops;
 use self::layer::layer_forward;
 use self::ops::{add, dropout, linear, new, norm, to, unary};
 use crate::device::Device;
+use crate::estimate::ModelStates;
 use crate::graph::{Grad, Graph, ParamId};
 use crate::model::{Head, ModelSpec, Positions};
 use crate::setup::{Checkpointing, TrainSetup};
 use crate::timeline::Phase;
-use crate::units::{DType, Overflow};
+use crate::units::{Bytes, DType, Overflow};
 
 /// A tensor in flight: its storage, dtype and element count.
 #[derive(Debug, Clone, Copy)]
@@ -94,10 +95,12 @@ pub(crate) struct Model {
 
 /// Registers the model's parameters from its layout (resident from the start), then its
 /// buffers.
-pub(crate) fn build_model(g: &mut Graph, cx: &Context<'_>) -> Result<Model> {
+pub(crate) fn build_model(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    layout: &crate::layout::ParameterLayout,
+) -> Result<Model> {
     use crate::layout::Slot;
-    let layout = cx.spec.parameter_layout();
-    let param_size = cx.param_dtype.size();
     let mut model = Model {
         embed: ParamId(usize::MAX),
         positions: None,
@@ -111,11 +114,10 @@ pub(crate) fn build_model(g: &mut Graph, cx: &Context<'_>) -> Result<Model> {
     };
     for (layer, decl) in layout.iter() {
         let numel = decl.shape.numel().ok_or(Overflow)?;
-        let bytes = mul(numel, param_size)?;
-        g.tl.alloc(crate::timeline::Component::Parameters, bytes)?;
         let cast =
             if cx.autocast && decl.matmul { mul(numel, cx.compute_dtype.size())? } else { 0 };
-        let id = g.add_param(bytes, cast);
+        let id = g.add_param(numel, cx.param_dtype, decl.trains, cast)?;
+        g.tl.alloc(crate::timeline::Component::Parameters, g.param(id).resident)?;
         if let Some((rows, cols)) = decl.shape.matrix() {
             g.set_matrix(id, rows, cols);
         }
@@ -170,7 +172,7 @@ fn embed(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<Tensor> {
     let n = cx.tokens;
     let h = s.hidden_size;
     let e = mul(n, h)?;
-    let grad_of = |g: &Graph, p: ParamId| Grad::Param(p, g.params.get(p.0).map_or(0, |x| x.bytes));
+    let grad_of = |g: &Graph, p: ParamId| Grad::Param(p, g.param(p).grad_bytes());
     // The dense weight gradient of `embedding` is one table-sized buffer (`zeros` filled by
     // `index_add`); with tied embeddings it then meets the output projection's gradient.
     let mut x = new(g, cx.param_dtype, e)?;
@@ -364,17 +366,19 @@ pub(crate) fn simulate(
     setup: &TrainSetup,
     device: &Device,
     record: Option<usize>,
-) -> Result<(Graph, Vec<u64>)> {
-    simulate_micro_batches(spec, setup, device, record, setup.grad_accum.min(2))
+) -> Result<(Graph, ModelStates)> {
+    let layout = spec.parameter_layout();
+    simulate_micro_batches(spec, &layout, setup, device, record, setup.grad_accum.min(2))
 }
 
 fn simulate_micro_batches(
     spec: &ModelSpec,
+    layout: &crate::layout::ParameterLayout,
     setup: &TrainSetup,
     device: &Device,
     record: Option<usize>,
     micro_batches: u64,
-) -> Result<(Graph, Vec<u64>)> {
+) -> Result<(Graph, ModelStates)> {
     let precision = setup.precision;
     let cx = Context {
         spec,
@@ -394,17 +398,23 @@ fn simulate_micro_batches(
         timeline = timeline.recording(max_points, micro_batches);
     }
     let mut g = Graph::new(timeline);
-    let model = build_model(&mut g, &cx)?;
+    let model = build_model(&mut g, &cx, layout)?;
     for &bytes in device.workspaces {
         g.tl.alloc(crate::timeline::Component::Workspace, bytes)?;
     }
-    let sizes: Vec<u64> = g.params.iter().map(|p| p.bytes / cx.param_dtype.size()).collect();
+    let stepped = g
+        .params
+        .iter()
+        .filter(|p| p.trains)
+        .map(|p| crate::optim::Stepped { numel: p.numel, matrix: p.matrix })
+        .collect();
     let mut opt = crate::optim::OptimizerRun::new(
         setup,
         cx.param_dtype,
-        &sizes,
+        stepped,
         device.step_counters_on_device,
-    );
+    )?;
+    let model_states = model_states(&g, &opt)?;
     // The steady state: the optimizer state exists before the forward (the previous step
     // created it). The first iteration of a run is the same stream without that state, and
     // its first `step()` creates the state with every gradient alive, which is exactly the
@@ -416,7 +426,28 @@ fn simulate_micro_batches(
     g.tl.set_phase(Phase::OptimizerStep);
     opt.step(&mut g)?;
     g.zero_grad();
-    Ok((g, sizes))
+    Ok((g, model_states))
+}
+
+/// Parameters, gradients and optimizer state as the step holds them: every parameter's
+/// storage, the gradients of those that train, and the optimizer's persistent state.
+fn model_states(g: &Graph, opt: &crate::optim::OptimizerRun) -> Result<ModelStates> {
+    let sum = |f: &dyn Fn(&crate::graph::ParamState) -> u64| {
+        g.params.iter().try_fold(0u64, |a, p| a.checked_add(f(p))).ok_or(Overflow)
+    };
+    let parameters = sum(&|p| p.resident)?;
+    let gradients = sum(&|p| if p.trains { p.grad_bytes() } else { 0 })?;
+    let optimizer_state = opt.persistent_state()?;
+    let total = parameters
+        .checked_add(gradients)
+        .and_then(|x| x.checked_add(optimizer_state))
+        .ok_or(Overflow)?;
+    Ok(ModelStates {
+        parameters: Bytes(parameters),
+        gradients: Bytes(gradients),
+        optimizer_state: Bytes(optimizer_state),
+        total: Bytes(total),
+    })
 }
 
 #[cfg(test)]
@@ -456,7 +487,7 @@ mod tests {
             };
             let device = if cpu { Device::CPU_ORACLE } else { Device::CUDA };
             let peaks = |runs| {
-                let (g, _) = simulate_micro_batches(&spec, &setup, &device, None, runs).unwrap();
+                let (g, _) = simulate_micro_batches(&spec, &spec.parameter_layout(), &setup, &device, None, runs).unwrap();
                 (g.tl.peak(), g.tl.phase_peaks())
             };
             let two = peaks(2);
@@ -471,12 +502,59 @@ mod tests {
         for name in catalog::names() {
             let spec = ModelSpec::from_hf_config(catalog::config_json(name).unwrap()).unwrap();
             let setup = TrainSetup { micro_batch: 1, seq_len: 16, ..TrainSetup::default() };
-            let (g, sizes) = simulate_micro_batches(&spec, &setup, &Device::CUDA, None, 1).unwrap();
+            let (g, _) = simulate_micro_batches(
+                &spec,
+                &spec.parameter_layout(),
+                &setup,
+                &Device::CUDA,
+                None,
+                1,
+            )
+            .unwrap();
             let layout = spec.parameter_layout();
-            assert_eq!(sizes.len(), layout.iter().count(), "{name}");
-            assert_eq!(g.params.len(), sizes.len(), "{name}");
-            assert_eq!(sizes.iter().sum::<u64>(), spec.parameter_count(), "{name}");
+            assert_eq!(g.params.len(), layout.iter().count(), "{name}");
+            assert_eq!(
+                g.params.iter().map(|p| p.numel).sum::<u64>(),
+                spec.parameter_count(),
+                "{name}"
+            );
         }
+    }
+
+    /// Frozen parameters get no gradient and no optimizer state, and ops whose inputs need no
+    /// gradient record nothing: with everything frozen but the output projection, only the
+    /// head's input and the loss's tensors are saved.
+    #[test]
+    fn frozen_parameters_save_nothing_and_get_no_state() {
+        let spec = ModelSpec::from_hf_config(catalog::config_json("pythia-160m").unwrap()).unwrap();
+        let setup = TrainSetup { micro_batch: 2, seq_len: 256, ..TrainSetup::default() };
+        let full = spec.parameter_layout();
+        let mut head_only = full.clone();
+        for d in head_only.before.iter_mut().chain(&mut head_only.layer).chain(&mut head_only.after)
+        {
+            d.trains = d.slot == crate::layout::Slot::Head;
+        }
+        let head = head_only.after.iter().find(|d| d.trains).unwrap().shape.numel().unwrap();
+        let run = |layout| {
+            let (g, states) =
+                simulate_micro_batches(&spec, layout, &setup, &Device::CUDA, None, 1).unwrap();
+            (g.tl.peak(), g.tl.phase_peaks(), states)
+        };
+        let (_, all_phases, all_states) = run(&full);
+        let ((_, _, live), phases, states) = run(&head_only);
+        let fp32 = 4;
+        assert_eq!(states.parameters, all_states.parameters);
+        assert_eq!(states.gradients.get(), head * fp32);
+        assert_eq!(states.optimizer_state.get(), 2 * head * fp32, "adamw: two fp32 states");
+        let activations = crate::timeline::Component::Activations as usize;
+        // Saved: the head's input (bf16 under autocast) and its weight copy are not
+        // activations; the fp32 log-probabilities are, and dominate.
+        let logits = 2 * 256 * spec.vocab_size * 4;
+        assert!(live[activations] <= logits + 2 * 256 * spec.hidden_size * 2);
+        // The forward keeps nothing per layer: without the optimizer state the head-only run
+        // does not have, its peak is lower by what the layers save.
+        let forward = |p: [u64; 4], s: crate::estimate::ModelStates| p[0] - s.optimizer_state.get();
+        assert!(forward(all_phases, all_states) > forward(phases, states) + (100 << 20));
     }
 
     /// Debugging aid, not a check: the storages alive at the simulated peak of one oracle case
@@ -499,7 +577,9 @@ mod tests {
         let setup = case.setup().unwrap();
         let device = case.device().unwrap();
         let runs = setup.grad_accum.min(2);
-        let (g, _) = simulate_micro_batches(&spec, &setup, &device, None, runs).unwrap();
+        let (g, _) =
+            simulate_micro_batches(&spec, &spec.parameter_layout(), &setup, &device, None, runs)
+                .unwrap();
         let (peak, phase, _) = g.tl.peak();
         // Rerun, capturing the live set when the total first reaches the peak.
         let (g2, _) = simulate_micro_batches_debug(&spec, &setup, &device, runs, peak);
@@ -536,9 +616,10 @@ mod tests {
         device: &Device,
         runs: u64,
         target: u64,
-    ) -> (crate::graph::Graph, Vec<u64>) {
+    ) -> (crate::graph::Graph, crate::estimate::ModelStates) {
         super::DEBUG_TARGET.with(|t| t.set(Some(target)));
-        let out = simulate_micro_batches(spec, setup, device, None, runs).unwrap();
+        let out = simulate_micro_batches(spec, &spec.parameter_layout(), setup, device, None, runs)
+            .unwrap();
         super::DEBUG_TARGET.with(|t| t.set(None));
         out
     }

@@ -31,7 +31,6 @@ pub(super) fn linear(
     w: ParamId,
     bias: Option<ParamId>,
 ) -> Result<Tensor> {
-    let in_features = x.numel / cx.tokens.max(1);
     let (xc, copied) = if cx.autocast { to(g, x, cx.compute_dtype)? } else { (x, false) };
     let wc = g.weight_for_matmul(w)?;
     // The bias's cast copy lives in the cache only: addmm's backward needs no bias.
@@ -40,13 +39,17 @@ pub(super) fn linear(
     }
     let odt = cx.mm_out(x.dtype);
     let y = new(g, odt, mul(cx.tokens, out_features)?)?;
-    let mut saved = vec![xc.id];
-    saved.extend(wc);
+    // The weight's gradient needs the input, the input's gradient needs the weight: each is
+    // saved only when that gradient is made.
+    let mut saved = Vec::with_capacity(2);
+    if g.param(w).trains {
+        saved.push(xc.id);
+    }
+    if g.requires_grad(xc.id) {
+        saved.extend(wc);
+    }
     // The weight's gradient has the whole parameter's shape (for MoE experts, all of them).
-    let w_numel = g
-        .params
-        .get(w.0)
-        .map_or(mul(in_features, out_features)?, |p| p.bytes / cx.param_dtype.size());
+    let w_numel = g.param(w).numel;
     let mut grads =
         vec![Grad::New(xc.id, xc.bytes()), Grad::ParamCast(w, mul(w_numel, odt.size())?)];
     if let Some(b) = bias {
@@ -120,9 +123,7 @@ pub(super) fn norm(
 ) -> Result<Tensor> {
     let small = mul(rows, 4)?;
     let w = params.first().copied();
-    let wgrad = |g: &Graph, w: Option<ParamId>| {
-        w.map(|p| Grad::Param(p, g.params.get(p.0).map_or(0, |s| s.bytes)))
-    };
+    let wgrad = |g: &Graph, w: Option<ParamId>| w.map(|p| Grad::Param(p, g.param(p).grad_bytes()));
     match cx.spec.norm {
         Norm::LayerNorm => {
             // native_layer_norm saves input, weight, bias, mean and rstd (fp32, per row).
@@ -135,9 +136,7 @@ pub(super) fn norm(
             let y = new(g, xi.dtype, xi.numel)?;
             let stats = g.alloc(mul(small, 2)?)?;
             let mut grads = vec![Grad::New(xi.id, xi.bytes())];
-            grads.extend(
-                params.iter().map(|&p| Grad::Param(p, g.params.get(p.0).map_or(0, |s| s.bytes))),
-            );
+            grads.extend(params.iter().map(|&p| Grad::Param(p, g.param(p).grad_bytes())));
             g.record(&[y.id], &[xi.id, stats], grads);
             g.drop(stats);
             if copied {
