@@ -7,8 +7,8 @@ use crate::device::Device;
 use crate::model::ModelSpec;
 use crate::optim::OptimizerRun;
 use crate::setup::{Attention, Optimizer, Precision, TrainSetup};
-use crate::step::simulate;
-use crate::timeline::{ByComponent, Component, Phase};
+use crate::step::{StepResult, simulate, simulated_micro_batches};
+use crate::timeline::{ByComponent, Component, Phase, Recorder, StreamObserver};
 use crate::units::{Bytes, Overflow};
 
 /// The largest sequence length accepted (16M tokens).
@@ -260,19 +260,18 @@ fn run(
     record: Option<usize>,
 ) -> Result<(Estimate, Option<crate::timeline::StepTimeline>), EstimateError> {
     check_setup(setup)?;
-    let (mut graph, states) = simulate(spec, setup, device, record)?;
-    let timeline = graph.tl.take_record();
-    Ok((summarize(spec, setup, &graph, states), timeline))
+    let mut recorder = record.map(|points| Recorder::new(points, simulated_micro_batches(setup)));
+    let observers: Vec<&mut dyn StreamObserver> = match &mut recorder {
+        Some(r) => vec![r],
+        None => Vec::new(),
+    };
+    let step = simulate(spec, setup, device, observers)?;
+    Ok((summarize(spec, setup, step), recorder.map(Recorder::finish)))
 }
 
-fn summarize(
-    spec: &ModelSpec,
-    setup: &TrainSetup,
-    graph: &crate::graph::Graph,
-    states: ModelStates,
-) -> Estimate {
-    let (peak, phase, at_peak) = graph.tl.peak();
-    let pp = graph.tl.phase_peaks();
+fn summarize(spec: &ModelSpec, setup: &TrainSetup, step: StepResult) -> Estimate {
+    let StepResult { peak, peak_phase: phase, at_peak, phase_peaks: pp, model_states: states } =
+        step;
     Estimate {
         peak_allocated: Bytes(peak),
         peak_phase: phase,

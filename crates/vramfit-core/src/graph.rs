@@ -70,8 +70,8 @@ pub(crate) struct ParamState {
     pub(crate) pending: Option<Tid>,
 }
 
-pub(crate) struct Graph {
-    pub(crate) tl: Timeline,
+pub(crate) struct Graph<'o> {
+    pub(crate) tl: Timeline<'o>,
     nodes: Vec<Node>,
     saved_pool: Vec<Tid>,
     grad_pool: Vec<Grad>,
@@ -86,8 +86,8 @@ pub(crate) struct Graph {
     pub(crate) saving: bool,
 }
 
-impl Graph {
-    pub(crate) fn new(tl: Timeline) -> Graph {
+impl<'o> Graph<'o> {
+    pub(crate) fn new(tl: Timeline<'o>) -> Graph<'o> {
         Graph {
             tl,
             nodes: Vec::with_capacity(4096),
@@ -206,7 +206,7 @@ impl Graph {
         if self.saving {
             for &s in saved {
                 self.tl.retain(s);
-                if self.tl.component_of(s) == Some(Component::Temporaries) {
+                if self.tl.component_of(s) == Component::Temporaries {
                     self.tl.recategorize(s, Component::Activations);
                 }
                 self.saved_pool.push(s);
@@ -259,7 +259,7 @@ impl Graph {
         shared: &[Tid],
     ) {
         self.tl.retain(input);
-        if self.tl.component_of(input) == Some(Component::Temporaries) {
+        if self.tl.component_of(input) == Component::Temporaries {
             self.tl.recategorize(input, Component::Activations);
         }
         let start = self.saved_pool.len() as u32;

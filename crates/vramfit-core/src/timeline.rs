@@ -141,10 +141,92 @@ pub struct StepTimeline {
     pub micro_batches: u64,
 }
 
+/// What an observer of the allocation stream is told, after the stream's state has changed.
+/// (The storage fields are read by the test-only observers today and by an allocator model.)
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) enum StreamEvent {
+    /// A storage was allocated.
+    Alloc {
+        /// It.
+        tid: Tid,
+        /// Its (rounded) size.
+        bytes: u64,
+        /// What it is for.
+        component: Component,
+    },
+    /// A storage's last reference went: it is freed.
+    Free {
+        /// It.
+        tid: Tid,
+        /// Its size.
+        bytes: u64,
+        /// What it was for.
+        component: Component,
+    },
+    /// A live storage changed component (a forward output that autograd saved).
+    Recategorize {
+        /// It.
+        tid: Tid,
+        /// What it is for now.
+        component: Component,
+    },
+    /// A new phase began.
+    Phase(Phase),
+}
+
+/// The stream's state as an observer sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StreamState<'a> {
+    /// Bytes allocated.
+    pub(crate) total: u64,
+    /// The same by component.
+    pub(crate) live: &'a ByComponent,
+    /// The phase.
+    pub(crate) phase: Phase,
+}
+
+/// A consumer of the allocation stream: the peak tracker, the chart recorder, the test-only
+/// live-set dump, and (later) a model of the caching allocator. Observers see every event in
+/// order; they cannot change the stream.
+pub(crate) trait StreamObserver {
+    /// One event.
+    fn observe(&mut self, event: StreamEvent, state: StreamState<'_>);
+}
+
+/// The high-water marks: the step's peak, its phase, the breakdown then, and each phase's peak.
+#[derive(Debug, Clone)]
+pub(crate) struct PeakTracker {
+    peak: u64,
+    peak_phase: Phase,
+    peak_live: ByComponent,
+    phase_peaks: [u64; 4],
+}
+
+impl PeakTracker {
+    fn new() -> PeakTracker {
+        PeakTracker { peak: 0, peak_phase: Phase::Forward, peak_live: [0; 7], phase_peaks: [0; 4] }
+    }
+}
+
+impl StreamObserver for PeakTracker {
+    fn observe(&mut self, event: StreamEvent, state: StreamState<'_>) {
+        if matches!(event, StreamEvent::Alloc { .. } | StreamEvent::Phase(_)) {
+            let p = &mut self.phase_peaks[state.phase.index()];
+            *p = (*p).max(state.total);
+            if state.total > self.peak {
+                self.peak = state.total;
+                self.peak_phase = state.phase;
+                self.peak_live = *state.live;
+            }
+        }
+    }
+}
+
 /// Builds a [`StepTimeline`] while the step runs: every point but the last holds `width`
 /// events, the last `in_last`; above `2 * max_points` points, neighbours are paired.
 #[derive(Debug, Clone)]
-struct Recorder {
+pub(crate) struct Recorder {
     timeline: StepTimeline,
     max_points: usize,
     width: u64,
@@ -152,7 +234,7 @@ struct Recorder {
 }
 
 impl Recorder {
-    fn new(max_points: usize, micro_batches: u64) -> Recorder {
+    pub(crate) fn new(max_points: usize, micro_batches: u64) -> Recorder {
         Recorder {
             timeline: StepTimeline { micro_batches, ..StepTimeline::default() },
             max_points: max_points.max(2),
@@ -197,11 +279,23 @@ impl Recorder {
     }
 
     /// Ends recording: at most `max_points` points.
-    fn finish(mut self) -> StepTimeline {
+    pub(crate) fn finish(mut self) -> StepTimeline {
         while self.timeline.points.len() > self.max_points {
             halve(&mut self.timeline.points);
         }
         self.timeline
+    }
+}
+
+impl StreamObserver for Recorder {
+    fn observe(&mut self, event: StreamEvent, state: StreamState<'_>) {
+        match event {
+            StreamEvent::Alloc { .. } | StreamEvent::Free { .. } => {
+                self.note(state.total, state.phase, state.live);
+            }
+            StreamEvent::Phase(phase) => self.phase(phase),
+            StreamEvent::Recategorize { .. } => {}
+        }
     }
 }
 
@@ -213,103 +307,52 @@ fn halve(points: &mut Vec<TimelinePoint>) {
         .collect();
 }
 
-/// The stream's state and its high-water marks.
-#[derive(Debug, Clone)]
-pub(crate) struct Timeline {
+/// The stream's state: live storages with reference counts, the total, the phase, the peak
+/// tracker and any further observers.
+pub(crate) struct Timeline<'o> {
     slots: Vec<Slot>,
     live: ByComponent,
     total: u64,
     phase: Phase,
-    peak: u64,
-    peak_phase: Phase,
-    peak_live: ByComponent,
-    phase_peaks: [u64; 4],
+    peaks: PeakTracker,
+    observers: Vec<&'o mut dyn StreamObserver>,
     granularity: u64,
-    record: Option<Box<Recorder>>,
-    #[cfg(test)]
-    pub(crate) debug: LiveAt,
 }
 
-/// Test-only: the live storages the first time the total reaches `target` (a known peak), with
-/// the phase each was allocated in, to compare with the oracle's trace.
-#[cfg(test)]
-#[derive(Debug, Clone, Default)]
-pub(crate) struct LiveAt {
-    pub(crate) target: Option<u64>,
-    pub(crate) born: Vec<Phase>,
-    /// `(tid, bytes, component, phase allocated in)`.
-    pub(crate) live: Option<Vec<(usize, u64, Component, Phase)>>,
-}
-
-impl Timeline {
+impl<'o> Timeline<'o> {
     /// A timeline whose allocations are rounded up to `granularity` bytes (512 for CUDA's
     /// caching allocator, whose `max_memory_allocated` counts rounded blocks; 1 to count
-    /// requested bytes as the CPU oracle does).
-    pub(crate) fn new(granularity: u64) -> Timeline {
-        Timeline {
-            granularity: granularity.max(1),
+    /// requested bytes as the CPU oracle does), told to `observers` as well as to its own
+    /// peak tracker.
+    pub(crate) fn new(
+        granularity: u64,
+        observers: Vec<&'o mut dyn StreamObserver>,
+    ) -> Timeline<'o> {
+        assert!(granularity > 0, "an allocation granularity of zero bytes");
+        let mut timeline = Timeline {
+            granularity,
             slots: Vec::with_capacity(4096),
             live: [0; 7],
             total: 0,
             phase: Phase::Forward,
-            peak: 0,
-            peak_phase: Phase::Forward,
-            peak_live: [0; 7],
-            phase_peaks: [0; 4],
-            record: None,
-            #[cfg(test)]
-            debug: LiveAt::default(),
+            peaks: PeakTracker::new(),
+            observers,
+        };
+        timeline.tell(StreamEvent::Phase(Phase::Forward));
+        timeline
+    }
+
+    fn tell(&mut self, event: StreamEvent) {
+        let state = StreamState { total: self.total, live: &self.live, phase: self.phase };
+        self.peaks.observe(event, state);
+        for o in &mut self.observers {
+            o.observe(event, state);
         }
-    }
-
-    /// Records the stream into a [`StepTimeline`] of at most `max_points` points.
-    pub(crate) fn recording(mut self, max_points: usize, micro_batches: u64) -> Timeline {
-        let mut record = Recorder::new(max_points, micro_batches);
-        record.phase(self.phase);
-        self.record = Some(Box::new(record));
-        self
-    }
-
-    /// The recorded timeline, if recording.
-    pub(crate) fn take_record(&mut self) -> Option<StepTimeline> {
-        self.record.take().map(|r| r.finish())
     }
 
     pub(crate) fn set_phase(&mut self, phase: Phase) {
         self.phase = phase;
-        if let Some(r) = &mut self.record {
-            r.phase(phase);
-        }
-        self.note_peak();
-    }
-
-    fn note(&mut self) {
-        if let Some(r) = &mut self.record {
-            r.note(self.total, self.phase, &self.live);
-        }
-    }
-
-    fn note_peak(&mut self) {
-        let p = &mut self.phase_peaks[self.phase.index()];
-        *p = (*p).max(self.total);
-        if self.total > self.peak {
-            self.peak = self.total;
-            self.peak_phase = self.phase;
-            self.peak_live = self.live;
-        }
-        #[cfg(test)]
-        if self.debug.target == Some(self.total) && self.debug.live.is_none() {
-            let live = self
-                .slots
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.refs > 0)
-                .map(|(i, s)| {
-                    (i, s.bytes, s.component, self.debug.born.get(i).copied().unwrap_or(self.phase))
-                })
-                .collect();
-            self.debug.live = Some(live);
-        }
+        self.tell(StreamEvent::Phase(phase));
     }
 
     /// Allocates a storage with one reference.
@@ -318,55 +361,59 @@ impl Timeline {
             bytes.div_ceil(self.granularity).checked_mul(self.granularity).ok_or(Overflow)?;
         self.total = self.total.checked_add(bytes).ok_or(Overflow)?;
         self.live[component.index()] += bytes;
-        let id = Tid(u32::try_from(self.slots.len()).map_err(|_| Overflow)?);
+        let tid = Tid(u32::try_from(self.slots.len()).map_err(|_| Overflow)?);
         self.slots.push(Slot { bytes, component, refs: 1 });
-        #[cfg(test)]
-        self.debug.born.push(self.phase);
-        self.note_peak();
-        self.note();
-        Ok(id)
+        self.tell(StreamEvent::Alloc { tid, bytes, component });
+        Ok(tid)
+    }
+
+    fn slot(&mut self, t: Tid) -> &mut Slot {
+        let s = &mut self.slots[t.index()];
+        assert!(s.refs > 0, "storage {} used after it was freed", t.0);
+        s
     }
 
     /// Adds a reference.
     pub(crate) fn retain(&mut self, t: Tid) {
-        if let Some(s) = self.slots.get_mut(t.0 as usize) {
-            s.refs += 1;
-        }
+        self.slot(t).refs += 1;
     }
 
     /// Drops a reference; frees the storage when it was the last.
     pub(crate) fn release(&mut self, t: Tid) {
-        let Some(s) = self.slots.get_mut(t.0 as usize) else { return };
-        if s.refs == 0 {
-            return;
-        }
+        let s = self.slot(t);
         s.refs -= 1;
         if s.refs == 0 {
-            self.total -= s.bytes;
-            self.live[s.component.index()] -= s.bytes;
-            self.note();
+            let (bytes, component) = (s.bytes, s.component);
+            self.total -= bytes;
+            self.live[component.index()] -= bytes;
+            self.tell(StreamEvent::Free { tid: t, bytes, component });
         }
     }
 
     /// Moves a live storage to another component (a forward output autograd decided to save).
     pub(crate) fn recategorize(&mut self, t: Tid, component: Component) {
-        let Some(s) = self.slots.get_mut(t.0 as usize) else { return };
-        if s.refs > 0 {
-            self.live[s.component.index()] -= s.bytes;
-            self.live[component.index()] += s.bytes;
-        }
+        let s = self.slot(t);
+        let (bytes, from) = (s.bytes, s.component);
         s.component = component;
+        self.live[from.index()] -= bytes;
+        self.live[component.index()] += bytes;
+        self.tell(StreamEvent::Recategorize { tid: t, component });
     }
 
-    pub(crate) fn component_of(&self, t: Tid) -> Option<Component> {
-        self.slots.get(t.0 as usize).map(|s| s.component)
+    pub(crate) fn component_of(&self, t: Tid) -> Component {
+        self.slots[t.index()].component
+    }
+
+    /// Bytes by component now.
+    pub(crate) fn live(&self) -> ByComponent {
+        self.live
     }
 
     pub(crate) fn peak(&self) -> (u64, Phase, ByComponent) {
-        (self.peak, self.peak_phase, self.peak_live)
+        (self.peaks.peak, self.peaks.peak_phase, self.peaks.peak_live)
     }
 
     pub(crate) fn phase_peaks(&self) -> [u64; 4] {
-        self.phase_peaks
+        self.peaks.phase_peaks
     }
 }

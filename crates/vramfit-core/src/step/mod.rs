@@ -15,6 +15,7 @@ use crate::graph::{Grad, Graph, ParamId};
 use crate::model::{Head, ModelSpec, Positions};
 use crate::setup::{Checkpointing, TrainSetup};
 use crate::timeline::Phase;
+use crate::timeline::{ByComponent, Component, StreamObserver, Timeline};
 use crate::units::{Bytes, DType, Overflow};
 
 /// A tensor in flight: its storage, dtype and element count.
@@ -117,7 +118,7 @@ pub(crate) fn build_model(
         let cast =
             if cx.autocast && decl.matmul { mul(numel, cx.compute_dtype.size())? } else { 0 };
         let id = g.add_param(numel, cx.param_dtype, decl.trains, cast)?;
-        g.tl.alloc(crate::timeline::Component::Parameters, g.param(id).resident)?;
+        g.tl.alloc(Component::Parameters, g.param(id).resident)?;
         if let Some((rows, cols)) = decl.shape.matrix() {
             g.set_matrix(id, rows, cols);
         }
@@ -161,7 +162,7 @@ pub(crate) fn build_model(
         buffers = buffers.checked_add(mul(b.numel, size)?).ok_or(Overflow)?;
     }
     if buffers > 0 {
-        g.tl.alloc(crate::timeline::Component::Parameters, buffers)?;
+        g.tl.alloc(Component::Parameters, buffers)?;
     }
     Ok(model)
 }
@@ -355,20 +356,55 @@ fn hidden_dtype(cx: &Context<'_>) -> DType {
     cx.param_dtype
 }
 
-/// Runs one steady-state training iteration (micro-batches, step, `zero_grad`) and returns the
-/// graph with its timeline.
+/// What one simulated step leaves: its high-water marks and model states.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StepResult {
+    /// The peak.
+    pub(crate) peak: u64,
+    /// Its phase.
+    pub(crate) peak_phase: Phase,
+    /// What was live then.
+    pub(crate) at_peak: ByComponent,
+    /// Each phase's peak.
+    pub(crate) phase_peaks: [u64; 4],
+    /// Parameters, gradients, optimizer state.
+    pub(crate) model_states: ModelStates,
+}
+
+/// Micro-batches simulated for a setup.
 ///
 /// Gradient accumulation runs micro-batches 2 to N from the same state (the gradients exist,
 /// the activations are gone), so they are alike and the step's peaks are those of two
 /// micro-batches; two are simulated, which keeps an estimate in milliseconds for any N.
+pub(crate) fn simulated_micro_batches(setup: &TrainSetup) -> u64 {
+    setup.grad_accum.min(2)
+}
+
+/// Runs one steady-state training iteration (micro-batches, step, `zero_grad`), telling
+/// `observers` every allocation and free.
 pub(crate) fn simulate(
     spec: &ModelSpec,
     setup: &TrainSetup,
     device: &Device,
-    record: Option<usize>,
-) -> Result<(Graph, ModelStates)> {
+    observers: Vec<&mut dyn StreamObserver>,
+) -> Result<StepResult> {
     let layout = spec.parameter_layout();
-    simulate_micro_batches(spec, &layout, setup, device, record, setup.grad_accum.min(2))
+    simulate_micro_batches(spec, &layout, setup, device, observers, simulated_micro_batches(setup))
+}
+
+impl<'a> Context<'a> {
+    fn new(spec: &'a ModelSpec, setup: &'a TrainSetup, device: &'a Device) -> Result<Context<'a>> {
+        let precision = setup.precision;
+        Ok(Context {
+            spec,
+            setup,
+            tokens: mul(setup.micro_batch, setup.seq_len)?,
+            param_dtype: precision.param_dtype(),
+            compute_dtype: precision.compute_dtype(),
+            autocast: precision.autocast(),
+            device,
+        })
+    }
 }
 
 fn simulate_micro_batches(
@@ -376,31 +412,14 @@ fn simulate_micro_batches(
     layout: &crate::layout::ParameterLayout,
     setup: &TrainSetup,
     device: &Device,
-    record: Option<usize>,
+    observers: Vec<&mut dyn StreamObserver>,
     micro_batches: u64,
-) -> Result<(Graph, ModelStates)> {
-    let precision = setup.precision;
-    let cx = Context {
-        spec,
-        setup,
-        tokens: mul(setup.micro_batch, setup.seq_len)?,
-        param_dtype: precision.param_dtype(),
-        compute_dtype: precision.compute_dtype(),
-        autocast: precision.autocast(),
-        device,
-    };
-    let mut timeline = crate::timeline::Timeline::new(device.allocation_granularity);
-    #[cfg(test)]
-    {
-        timeline.debug.target = DEBUG_TARGET.with(std::cell::Cell::get);
-    }
-    if let Some(max_points) = record {
-        timeline = timeline.recording(max_points, micro_batches);
-    }
-    let mut g = Graph::new(timeline);
+) -> Result<StepResult> {
+    let cx = Context::new(spec, setup, device)?;
+    let mut g = Graph::new(Timeline::new(device.allocation_granularity, observers));
     let model = build_model(&mut g, &cx, layout)?;
     for &bytes in device.workspaces {
-        g.tl.alloc(crate::timeline::Component::Workspace, bytes)?;
+        g.tl.alloc(Component::Workspace, bytes)?;
     }
     let stepped = g
         .params
@@ -426,7 +445,18 @@ fn simulate_micro_batches(
     g.tl.set_phase(Phase::OptimizerStep);
     opt.step(&mut g)?;
     g.zero_grad();
-    Ok((g, model_states))
+    // What the next iteration starts from: nothing but the model, its state and workspaces.
+    let live = g.tl.live();
+    for c in [
+        Component::Gradients,
+        Component::Activations,
+        Component::Temporaries,
+        Component::AutocastCache,
+    ] {
+        assert_eq!(live[c as usize], 0, "{} alive after zero_grad", c.name());
+    }
+    let (peak, peak_phase, at_peak) = g.tl.peak();
+    Ok(StepResult { peak, peak_phase, at_peak, phase_peaks: g.tl.phase_peaks(), model_states })
 }
 
 /// Parameters, gradients and optimizer state as the step holds them: every parameter's
@@ -452,15 +482,33 @@ fn model_states(g: &Graph, opt: &crate::optim::OptimizerRun) -> Result<ModelStat
 
 #[cfg(test)]
 mod tests {
+    use std::collections::{BTreeMap, HashMap};
+
     use proptest::prelude::*;
 
-    use super::simulate_micro_batches;
+    use super::{Context, Graph, Timeline, build_model, simulate_micro_batches};
     use crate::device::Device;
+    use crate::layout::ParameterLayout;
     use crate::setup::{Checkpointing, Optimizer, Precision, TrainSetup};
+    use crate::timeline::{Component, Phase, StreamEvent, StreamObserver, StreamState};
     use crate::{ModelSpec, catalog};
 
     const MODELS: &[&str] =
         &["gpt2", "bert-base-uncased", "llama-3.2-1b", "gemma-2-2b", "qwen3-0.6b", "phi-3-mini"];
+
+    fn spec(name: &str) -> ModelSpec {
+        ModelSpec::from_hf_config(catalog::config_json(name).unwrap()).unwrap()
+    }
+
+    fn run(
+        spec: &ModelSpec,
+        layout: &ParameterLayout,
+        setup: &TrainSetup,
+        device: &Device,
+        runs: u64,
+    ) -> super::StepResult {
+        simulate_micro_batches(spec, layout, setup, device, Vec::new(), runs).unwrap()
+    }
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
@@ -475,7 +523,7 @@ mod tests {
             full in any::<bool>(),
             cpu in any::<bool>(),
         ) {
-            let spec = ModelSpec::from_hf_config(catalog::config_json(MODELS[m]).unwrap()).unwrap();
+            let spec = spec(MODELS[m]);
             let setup = TrainSetup {
                 micro_batch: 2,
                 seq_len: 128,
@@ -486,13 +534,79 @@ mod tests {
                 ..TrainSetup::default()
             };
             let device = if cpu { Device::CPU_ORACLE } else { Device::CUDA };
-            let peaks = |runs| {
-                let (g, _) = simulate_micro_batches(&spec, &spec.parameter_layout(), &setup, &device, None, runs).unwrap();
-                (g.tl.peak(), g.tl.phase_peaks())
+            let layout = spec.parameter_layout();
+            let two = run(&spec, &layout, &setup, &device, 2);
+            prop_assert_eq!(&two, &run(&spec, &layout, &setup, &device, 3));
+            prop_assert_eq!(&two, &run(&spec, &layout, &setup, &device, 4));
+        }
+    }
+
+    /// Counts the storages allocated and freed, and fails on a free of a storage that is not
+    /// live.
+    #[derive(Default)]
+    struct Ledger {
+        live: HashMap<usize, (u64, Component)>,
+        frees: u64,
+    }
+
+    impl StreamObserver for Ledger {
+        fn observe(&mut self, event: StreamEvent, _: StreamState<'_>) {
+            match event {
+                StreamEvent::Alloc { tid, bytes, component } => {
+                    assert!(self.live.insert(tid.index(), (bytes, component)).is_none());
+                }
+                StreamEvent::Free { tid, bytes, component } => {
+                    let was = self.live.remove(&tid.index()).expect("freed twice");
+                    assert_eq!(was, (bytes, component));
+                    self.frees += 1;
+                }
+                StreamEvent::Recategorize { tid, component } => {
+                    self.live.get_mut(&tid.index()).expect("recategorized after free").1 =
+                        component;
+                }
+                StreamEvent::Phase(_) => {}
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// Over the whole catalog and the setup grid: no storage is freed twice, and after
+        /// `zero_grad` nothing is alive but parameters, optimizer state and workspaces (the
+        /// step asserts the latter itself; the ledger checks it storage by storage).
+        #[test]
+        fn every_storage_is_freed_once_and_the_step_ends_clean(
+            m in 0usize..31,
+            precision in prop::sample::select(Precision::ALL.to_vec()),
+            optimizer in prop::sample::select(Optimizer::ALL.to_vec()),
+            attention in prop::sample::select(crate::setup::Attention::ALL.to_vec()),
+            full in any::<bool>(),
+            accum in 1u64..3,
+            cpu in any::<bool>(),
+        ) {
+            let names = catalog::names();
+            let spec = spec(names[m % names.len()]);
+            let setup = TrainSetup {
+                micro_batch: 1,
+                seq_len: 64,
+                precision,
+                optimizer,
+                attention,
+                checkpointing: if full { Checkpointing::Full } else { Checkpointing::None },
+                grad_accum: accum,
+                ..TrainSetup::default()
             };
-            let two = peaks(2);
-            prop_assert_eq!(two, peaks(3));
-            prop_assert_eq!(two, peaks(4));
+            let device = if cpu { Device::CPU_ORACLE } else { Device::CUDA };
+            let mut ledger = Ledger::default();
+            simulate_micro_batches(&spec, &spec.parameter_layout(), &setup, &device, vec![&mut ledger], accum).unwrap();
+            prop_assert!(ledger.frees > 0);
+            for (bytes, component) in ledger.live.values() {
+                prop_assert!(
+                    matches!(component, Component::Parameters | Component::OptimizerState | Component::Workspace),
+                    "{} bytes of {} alive after the step", bytes, component.name()
+                );
+            }
         }
     }
 
@@ -500,18 +614,12 @@ mod tests {
     #[test]
     fn the_step_registers_the_layout() {
         for name in catalog::names() {
-            let spec = ModelSpec::from_hf_config(catalog::config_json(name).unwrap()).unwrap();
+            let spec = spec(name);
             let setup = TrainSetup { micro_batch: 1, seq_len: 16, ..TrainSetup::default() };
-            let (g, _) = simulate_micro_batches(
-                &spec,
-                &spec.parameter_layout(),
-                &setup,
-                &Device::CUDA,
-                None,
-                1,
-            )
-            .unwrap();
+            let cx = Context::new(&spec, &setup, &Device::CUDA).unwrap();
             let layout = spec.parameter_layout();
+            let mut g = Graph::new(Timeline::new(512, Vec::new()));
+            build_model(&mut g, &cx, &layout).unwrap();
             assert_eq!(g.params.len(), layout.iter().count(), "{name}");
             assert_eq!(
                 g.params.iter().map(|p| p.numel).sum::<u64>(),
@@ -526,7 +634,7 @@ mod tests {
     /// head's input and the loss's tensors are saved.
     #[test]
     fn frozen_parameters_save_nothing_and_get_no_state() {
-        let spec = ModelSpec::from_hf_config(catalog::config_json("pythia-160m").unwrap()).unwrap();
+        let spec = spec("pythia-160m");
         let setup = TrainSetup { micro_batch: 2, seq_len: 256, ..TrainSetup::default() };
         let full = spec.parameter_layout();
         let mut head_only = full.clone();
@@ -535,26 +643,52 @@ mod tests {
             d.trains = d.slot == crate::layout::Slot::Head;
         }
         let head = head_only.after.iter().find(|d| d.trains).unwrap().shape.numel().unwrap();
-        let run = |layout| {
-            let (g, states) =
-                simulate_micro_batches(&spec, layout, &setup, &Device::CUDA, None, 1).unwrap();
-            (g.tl.peak(), g.tl.phase_peaks(), states)
-        };
-        let (_, all_phases, all_states) = run(&full);
-        let ((_, _, live), phases, states) = run(&head_only);
+        let all = run(&spec, &full, &setup, &Device::CUDA, 1);
+        let frozen = run(&spec, &head_only, &setup, &Device::CUDA, 1);
         let fp32 = 4;
-        assert_eq!(states.parameters, all_states.parameters);
-        assert_eq!(states.gradients.get(), head * fp32);
-        assert_eq!(states.optimizer_state.get(), 2 * head * fp32, "adamw: two fp32 states");
-        let activations = crate::timeline::Component::Activations as usize;
-        // Saved: the head's input (bf16 under autocast) and its weight copy are not
-        // activations; the fp32 log-probabilities are, and dominate.
+        assert_eq!(frozen.model_states.parameters, all.model_states.parameters);
+        assert_eq!(frozen.model_states.gradients.get(), head * fp32);
+        assert_eq!(frozen.model_states.optimizer_state.get(), 2 * head * fp32, "adamw");
+        let activations = Component::Activations as usize;
+        // Saved: the fp32 log-probabilities (the loss's) and the head's input.
         let logits = 2 * 256 * spec.vocab_size * 4;
-        assert!(live[activations] <= logits + 2 * 256 * spec.hidden_size * 2);
+        assert!(frozen.at_peak[activations] <= logits + 2 * 256 * spec.hidden_size * 2);
         // The forward keeps nothing per layer: without the optimizer state the head-only run
         // does not have, its peak is lower by what the layers save.
-        let forward = |p: [u64; 4], s: crate::estimate::ModelStates| p[0] - s.optimizer_state.get();
-        assert!(forward(all_phases, all_states) > forward(phases, states) + (100 << 20));
+        let forward =
+            |r: &super::StepResult| r.phase_peaks[0] - r.model_states.optimizer_state.get();
+        assert!(forward(&all) > forward(&frozen) + (100 << 20));
+    }
+
+    /// The storages alive the first time the total reaches `target`, with their component
+    /// and the phase each was allocated in.
+    struct LiveAt {
+        target: u64,
+        live: BTreeMap<usize, (u64, Component, Phase)>,
+        captured: Option<Vec<(usize, u64, Component, Phase)>>,
+    }
+
+    impl StreamObserver for LiveAt {
+        fn observe(&mut self, event: StreamEvent, state: StreamState<'_>) {
+            match event {
+                StreamEvent::Alloc { tid, bytes, component } => {
+                    self.live.insert(tid.index(), (bytes, component, state.phase));
+                }
+                StreamEvent::Free { tid, .. } => {
+                    self.live.remove(&tid.index());
+                }
+                StreamEvent::Recategorize { tid, component } => {
+                    if let Some(s) = self.live.get_mut(&tid.index()) {
+                        s.1 = component;
+                    }
+                }
+                StreamEvent::Phase(_) => {}
+            }
+            if state.total == self.target && self.captured.is_none() {
+                let live = self.live.iter().map(|(&i, &(b, c, p))| (i, b, c, p)).collect();
+                self.captured = Some(live);
+            }
+        }
     }
 
     /// Debugging aid, not a check: the storages alive at the simulated peak of one oracle case
@@ -564,8 +698,6 @@ mod tests {
     #[test]
     #[ignore = "prints a case's live set at the peak; needs VRAMFIT_CASE"]
     fn live_at_peak() {
-        use std::collections::BTreeMap;
-
         use crate::oracle_case::OracleCase;
 
         let Ok(id) = std::env::var("VRAMFIT_CASE") else { return };
@@ -576,17 +708,17 @@ mod tests {
         let spec = case.spec().unwrap();
         let setup = case.setup().unwrap();
         let device = case.device().unwrap();
-        let runs = setup.grad_accum.min(2);
-        let (g, _) =
-            simulate_micro_batches(&spec, &spec.parameter_layout(), &setup, &device, None, runs)
-                .unwrap();
-        let (peak, phase, _) = g.tl.peak();
+        let layout = spec.parameter_layout();
+        let runs = super::simulated_micro_batches(&setup);
+        let step = run(&spec, &layout, &setup, &device, runs);
         // Rerun, capturing the live set when the total first reaches the peak.
-        let (g2, _) = simulate_micro_batches_debug(&spec, &setup, &device, runs, peak);
-        let live = g2.tl.debug.live.clone().unwrap();
+        let mut at = LiveAt { target: step.peak, live: BTreeMap::new(), captured: None };
+        simulate_micro_batches(&spec, &layout, &setup, &device, vec![&mut at], runs).unwrap();
+        let live = at.captured.unwrap();
         println!(
-            "== {id}: predicted peak {peak} B in {}, oracle {} B, {} storages",
-            phase.name(),
+            "== {id}: predicted peak {} B in {}, oracle {} B, {} storages",
+            step.peak,
+            step.peak_phase.name(),
             case.peak_bytes,
             live.len()
         );
@@ -609,24 +741,4 @@ mod tests {
             println!("     #{i:<7} {bytes:>14} {:<16} {}", c.name(), born.name());
         }
     }
-
-    fn simulate_micro_batches_debug(
-        spec: &ModelSpec,
-        setup: &TrainSetup,
-        device: &Device,
-        runs: u64,
-        target: u64,
-    ) -> (crate::graph::Graph, crate::estimate::ModelStates) {
-        super::DEBUG_TARGET.with(|t| t.set(Some(target)));
-        let out = simulate_micro_batches(spec, &spec.parameter_layout(), setup, device, None, runs)
-            .unwrap();
-        super::DEBUG_TARGET.with(|t| t.set(None));
-        out
-    }
-}
-
-#[cfg(test)]
-thread_local! {
-    /// Test-only: the total at which a debugging run captures the live set.
-    static DEBUG_TARGET: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
 }
