@@ -28,12 +28,45 @@ pub(crate) enum Grad {
 }
 
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Node {
+enum Node {
     /// An op: its output, what it saved and how it makes its inputs' gradients (ranges into
     /// the graph's pools, so recording allocates nothing per node).
     Op { output: Tid, saved: (u32, u32), grads: (u32, u32) },
-    /// A checkpointed segment: only its input is kept; backward replays it.
-    Checkpoint { input: Tid, output: Tid, segment: usize, held: (u32, u32) },
+    /// The forward entered a layer; backward leaves it here.
+    LayerStart { layer: usize },
+    /// The forward left a layer; backward enters it here. A checkpointed layer recorded no
+    /// op and holds only its input and the tensors it was called with (`held`, a pool range).
+    LayerEnd { layer: usize, checkpoint: Option<(Tid, Tid, (u32, u32))> },
+}
+
+/// A layer boundary backward has reached: where the step code acts (a checkpointed layer is
+/// replayed; sharding will gather and free a layer's parameters here).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Boundary {
+    /// Backward is about to enter a layer.
+    LayerEnd {
+        /// The layer.
+        layer: usize,
+        /// For a checkpointed layer, what it kept.
+        checkpoint: Option<Checkpoint>,
+    },
+    /// Backward has left a layer.
+    LayerStart {
+        /// The layer.
+        layer: usize,
+    },
+}
+
+/// What a checkpointed layer keeps until its backward.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Checkpoint {
+    /// The layer's input (one reference held).
+    pub(crate) input: Tid,
+    /// The output its first forward produced (its gradient arrives here).
+    pub(crate) output: Tid,
+    /// The other tensors it was called with (one reference each): the model-level attention
+    /// mask, rotary cos/sin, position ids.
+    pub(crate) held: Vec<Tid>,
 }
 
 impl ParamState {
@@ -243,19 +276,32 @@ impl<'o> Graph<'o> {
                 self.saved_pool.truncate(saved.0 as usize);
                 self.grad_pool.truncate(grads.0 as usize);
             }
-            Node::Checkpoint { held, .. } => self.saved_pool.truncate(held.0 as usize),
+            Node::LayerEnd { checkpoint: Some((_, _, held)), .. } => {
+                self.saved_pool.truncate(held.0 as usize);
+            }
+            Node::LayerEnd { checkpoint: None, .. } | Node::LayerStart { .. } => {}
         }
         Some(node)
     }
 
-    /// A checkpointed segment: keeps its input and the other tensors it was called with
-    /// (`shared`: the model-level attention mask, rotary cos/sin, position ids), each until
-    /// the segment's backward.
-    pub(crate) fn record_checkpoint(
+    /// The forward enters a layer.
+    pub(crate) fn begin_layer(&mut self, layer: usize) {
+        self.nodes.push(Node::LayerStart { layer });
+    }
+
+    /// The forward leaves a layer whose ops were recorded.
+    pub(crate) fn end_layer(&mut self, layer: usize) {
+        self.nodes.push(Node::LayerEnd { layer, checkpoint: None });
+    }
+
+    /// The forward leaves a checkpointed layer (whose ops saved nothing and were forgotten):
+    /// it keeps its input and the other tensors it was called with (`shared`: the
+    /// model-level attention mask, rotary cos/sin, position ids), each until its backward.
+    pub(crate) fn end_checkpointed_layer(
         &mut self,
+        layer: usize,
         input: Tid,
         output: Tid,
-        segment: usize,
         shared: &[Tid],
     ) {
         self.tl.retain(input);
@@ -268,7 +314,7 @@ impl<'o> Graph<'o> {
             self.saved_pool.push(t);
         }
         let held = (start, self.saved_pool.len() as u32 - start);
-        self.nodes.push(Node::Checkpoint { input, output, segment, held });
+        self.nodes.push(Node::LayerEnd { layer, checkpoint: Some((input, output, held)) });
     }
 
     fn grad_slot(&mut self, t: Tid) -> &mut Option<Tid> {
@@ -347,86 +393,82 @@ impl<'o> Graph<'o> {
         Ok(())
     }
 
-    /// Runs backward over `nodes[from..]` in reverse, draining them. `replay` re-runs a
-    /// checkpointed segment's forward and returns its output.
-    pub(crate) fn backward(
-        &mut self,
-        from: usize,
-        replay: &mut dyn FnMut(&mut Graph, Tid, usize) -> Result<Tid, Overflow>,
-    ) -> Result<(), Overflow> {
-        while self.nodes.len() > from {
-            let Some(node) = self.nodes.last().copied() else { break };
+    /// Runs backward over the recorded nodes in reverse, draining them, until it reaches a
+    /// layer boundary (returned, for the step code to act on) or runs out (`None`).
+    pub(crate) fn backward_to_boundary(&mut self) -> Result<Option<Boundary>, Overflow> {
+        while let Some(&node) = self.nodes.last() {
             match node {
-                Node::Op { output, saved, grads } => {
-                    let incoming = self.take_grad(output);
-                    let Some(first) = incoming else {
-                        // Nothing flowed back here: release what was saved.
-                        for k in saved.0..saved.0 + saved.1 {
-                            let s = self.saved_pool[k as usize];
-                            self.tl.release(s);
-                        }
-                        self.pop_node();
-                        continue;
-                    };
-                    self.scratch.clear();
-                    self.param_scratch.clear();
-                    for k in grads.0..grads.0 + grads.1 {
-                        match self.grad_pool[k as usize] {
-                            Grad::New(input, bytes) => {
-                                let t = self.tl.alloc(Component::Temporaries, bytes)?;
-                                self.scratch.push((input, t));
-                            }
-                            Grad::Pass(input) => {
-                                self.tl.retain(first);
-                                self.scratch.push((input, first));
-                            }
-                            Grad::Param(p, bytes) => {
-                                let t = self.tl.alloc(Component::Temporaries, bytes)?;
-                                self.param_scratch.push((p, t, false));
-                            }
-                            Grad::ParamCast(p, bytes) => {
-                                let t = self.tl.alloc(Component::Temporaries, bytes)?;
-                                self.param_scratch.push((p, t, true));
-                            }
-                        }
-                    }
-                    for k in saved.0..saved.0 + saved.1 {
-                        let s = self.saved_pool[k as usize];
-                        self.tl.release(s);
-                    }
-                    self.tl.release(first);
+                Node::Op { output, saved, grads } => self.backward_op(output, saved, grads)?,
+                Node::LayerStart { layer } => {
                     self.pop_node();
-                    for k in 0..self.scratch.len() {
-                        let (input, t) = self.scratch[k];
-                        self.deposit(input, t);
-                    }
-                    for k in 0..self.param_scratch.len() {
-                        let (p, t, via_cast) = self.param_scratch[k];
-                        self.accumulate_param(p, t, via_cast)?;
-                    }
+                    return Ok(Some(Boundary::LayerStart { layer }));
                 }
-                Node::Checkpoint { input, output, segment, held } => {
-                    let held: Vec<Tid> =
-                        self.saved_pool[held.0 as usize..(held.0 + held.1) as usize].to_vec();
+                Node::LayerEnd { layer, checkpoint } => {
+                    let checkpoint = checkpoint.map(|(input, output, held)| Checkpoint {
+                        input,
+                        output,
+                        held: self.saved_pool[held.0 as usize..(held.0 + held.1) as usize].to_vec(),
+                    });
                     self.pop_node();
-                    let incoming = self.take_grad(output);
-                    let mark = self.nodes.len();
-                    let out = replay(self, input, segment)?;
-                    self.tl.release(out);
-                    if let Some(g) = incoming {
-                        self.set_grad(out, g);
-                    }
-                    self.backward(mark, replay)?;
-                    // A replayed output nobody consumed keeps no gradient.
-                    if let Some(g) = self.take_grad(out) {
-                        self.tl.release(g);
-                    }
-                    self.tl.release(input);
-                    for t in held {
-                        self.tl.release(t);
-                    }
+                    return Ok(Some(Boundary::LayerEnd { layer, checkpoint }));
                 }
             }
+        }
+        Ok(None)
+    }
+
+    /// One op's backward: allocate its inputs' gradients, then free what it saved and the
+    /// incoming gradient, then hand the gradients on.
+    fn backward_op(
+        &mut self,
+        output: Tid,
+        saved: (u32, u32),
+        grads: (u32, u32),
+    ) -> Result<(), Overflow> {
+        let Some(first) = self.take_grad(output) else {
+            // Nothing flowed back here: release what was saved.
+            for k in saved.0..saved.0 + saved.1 {
+                let s = self.saved_pool[k as usize];
+                self.tl.release(s);
+            }
+            self.pop_node();
+            return Ok(());
+        };
+        self.scratch.clear();
+        self.param_scratch.clear();
+        for k in grads.0..grads.0 + grads.1 {
+            match self.grad_pool[k as usize] {
+                Grad::New(input, bytes) => {
+                    let t = self.tl.alloc(Component::Temporaries, bytes)?;
+                    self.scratch.push((input, t));
+                }
+                Grad::Pass(input) => {
+                    self.tl.retain(first);
+                    self.scratch.push((input, first));
+                }
+                Grad::Param(p, bytes) => {
+                    let t = self.tl.alloc(Component::Temporaries, bytes)?;
+                    self.param_scratch.push((p, t, false));
+                }
+                Grad::ParamCast(p, bytes) => {
+                    let t = self.tl.alloc(Component::Temporaries, bytes)?;
+                    self.param_scratch.push((p, t, true));
+                }
+            }
+        }
+        for k in saved.0..saved.0 + saved.1 {
+            let s = self.saved_pool[k as usize];
+            self.tl.release(s);
+        }
+        self.tl.release(first);
+        self.pop_node();
+        for k in 0..self.scratch.len() {
+            let (input, t) = self.scratch[k];
+            self.deposit(input, t);
+        }
+        for k in 0..self.param_scratch.len() {
+            let (p, t, via_cast) = self.param_scratch[k];
+            self.accumulate_param(p, t, via_cast)?;
         }
         Ok(())
     }
@@ -437,5 +479,46 @@ impl<'o> Graph<'o> {
         for g in grads {
             self.tl.release(g);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Boundary, Checkpoint, Grad, Graph};
+    use crate::timeline::{Component, Timeline};
+
+    /// Backward meets the layers' boundaries in reverse order, a checkpointed layer with what
+    /// it kept, and the ops between them are run on the way.
+    #[test]
+    fn backward_stops_at_each_layer_boundary_in_reverse() {
+        let mut g = Graph::new(Timeline::new(1, Vec::new()));
+        let p = g.add_param(4, crate::units::DType::F32, true, 0).unwrap();
+        let x = g.alloc(16).unwrap();
+        g.begin_layer(0);
+        let y = g.alloc(16).unwrap();
+        g.record(&[y], &[], vec![Grad::Param(p, 16)]);
+        g.end_layer(0);
+        let mask = g.alloc(8).unwrap();
+        g.begin_layer(1);
+        let z = g.alloc(16).unwrap();
+        g.end_checkpointed_layer(1, y, z, &[mask]);
+        assert_eq!(g.tl.component_of(y), Component::Activations);
+        let mut met = Vec::new();
+        while let Some(b) = g.backward_to_boundary().unwrap() {
+            met.push(b);
+        }
+        assert_eq!(
+            met,
+            vec![
+                Boundary::LayerEnd {
+                    layer: 1,
+                    checkpoint: Some(Checkpoint { input: y, output: z, held: vec![mask] })
+                },
+                Boundary::LayerStart { layer: 1 },
+                Boundary::LayerEnd { layer: 0, checkpoint: None },
+                Boundary::LayerStart { layer: 0 },
+            ]
+        );
+        let _ = x;
     }
 }

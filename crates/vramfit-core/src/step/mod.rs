@@ -11,11 +11,11 @@ use self::layer::layer_forward;
 use self::ops::{add, dropout, linear, new, norm, to, unary};
 use crate::device::Device;
 use crate::estimate::ModelStates;
-use crate::graph::{Grad, Graph, ParamId};
+use crate::graph::{Boundary, Checkpoint, Grad, Graph, ParamId};
 use crate::model::{Head, ModelSpec, Positions};
 use crate::setup::{Checkpointing, TrainSetup};
 use crate::timeline::Phase;
-use crate::timeline::{ByComponent, Component, StreamObserver, Timeline};
+use crate::timeline::{ByComponent, Component, StreamObserver, Tid, Timeline};
 use crate::units::{Bytes, DType, Overflow};
 
 /// A tensor in flight: its storage, dtype and element count.
@@ -276,16 +276,19 @@ fn micro_batch(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<()> {
     let shared = layer_inputs(g, cx)?;
     let checkpoint = cx.setup.checkpointing == Checkpointing::Full;
     for layer in 0..s.n_layers as usize {
+        g.begin_layer(layer);
         let y = if checkpoint {
             g.saving = false;
             let mark = g.mark();
             let y = layer_forward(g, cx, m, x, layer)?;
             g.saving = true;
             g.truncate(mark);
-            g.record_checkpoint(x.id, y.id, layer, &shared);
+            g.end_checkpointed_layer(layer, x.id, y.id, &shared);
             y
         } else {
-            layer_forward(g, cx, m, x, layer)?
+            let y = layer_forward(g, cx, m, x, layer)?;
+            g.end_layer(layer);
+            y
         };
         g.drop(x.id);
         x = y;
@@ -307,19 +310,56 @@ fn micro_batch(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<()> {
     g.clear_autocast_cache();
     g.tl.set_phase(Phase::Backward);
     g.seed_grad(loss.id, 4)?;
-    let mut replay = |g: &mut Graph,
-                      input: crate::timeline::Tid,
-                      layer: usize|
-     -> Result<crate::timeline::Tid> {
-        let x =
-            Tensor { id: input, dtype: hidden_dtype(cx), numel: mul(cx.tokens, s.hidden_size)? };
-        let y = layer_forward(g, cx, m, x, layer)?;
-        g.clear_autocast_cache();
-        Ok(y.id)
-    };
-    g.backward(0, &mut replay)?;
+    backward(g, cx, m)?;
     g.drop(loss.id);
     g.drop(ids);
+    Ok(())
+}
+
+/// Backward, acting at layer boundaries: a checkpointed layer's forward is replayed (with
+/// saving) when backward enters it, and what it kept is released when backward leaves it.
+fn backward(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<()> {
+    /// A replayed layer, until backward leaves it.
+    struct Replayed {
+        layer: usize,
+        output: Tid,
+        checkpoint: Checkpoint,
+    }
+    let mut replayed: Vec<Replayed> = Vec::new();
+    while let Some(boundary) = g.backward_to_boundary()? {
+        match boundary {
+            Boundary::LayerEnd { layer, checkpoint: Some(checkpoint) } => {
+                let incoming = g.take_grad(checkpoint.output);
+                let x = Tensor {
+                    id: checkpoint.input,
+                    dtype: hidden_dtype(cx),
+                    numel: mul(cx.tokens, cx.spec.hidden_size)?,
+                };
+                let y = layer_forward(g, cx, m, x, layer)?;
+                g.clear_autocast_cache();
+                g.drop(y.id);
+                if let Some(grad) = incoming {
+                    g.set_grad(y.id, grad);
+                }
+                replayed.push(Replayed { layer, output: y.id, checkpoint });
+            }
+            Boundary::LayerStart { layer } => {
+                if replayed.last().is_some_and(|r| r.layer == layer) {
+                    let r = replayed.pop().expect("checked above");
+                    // A replayed output nobody consumed keeps no gradient.
+                    if let Some(grad) = g.take_grad(r.output) {
+                        g.drop(grad);
+                    }
+                    g.drop(r.checkpoint.input);
+                    for t in r.checkpoint.held {
+                        g.drop(t);
+                    }
+                }
+            }
+            Boundary::LayerEnd { checkpoint: None, .. } => {}
+        }
+    }
+    assert!(replayed.is_empty(), "a replayed layer was never left");
     Ok(())
 }
 
