@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use vramfit_lint::render::{self, Counts, Format};
-use vramfit_lint::{FixMode, LintConfig, RULES, Rule, Settings};
+use vramfit_lint::{FileReport, FixMode, LintConfig, RULES, Rule, Settings, SourceText};
 
 use crate::{Failure, Outcome};
 
@@ -122,6 +122,19 @@ pub fn run(args: LintArgs) -> Result<Outcome, Failure> {
     }
     stdout.flush()?;
     Ok(if counts.diagnostics > 0 { Outcome::Negative } else { Outcome::Success })
+}
+
+/// Lints Python source held in memory and writes what `vramfit lint --format json` prints
+/// for it; `filename` stands for its path. Default settings: there is no `pyproject.toml`.
+pub fn lint_text_json(out: &mut dyn Write, filename: &str, source: String) -> Result<(), Failure> {
+    let settings = Settings::resolve(&LintConfig::default(), Path::new("."))
+        .map_err(|err| Failure::new(err.to_string()))?;
+    let path = PathBuf::from(filename);
+    let source = SourceText::python(source);
+    let checked = vramfit_lint::check_source(&source, &settings, Some(&path));
+    let report = FileReport { path, source, checked, fixed: 0 };
+    render::write_reports(out, Format::Json, std::slice::from_ref(&report))?;
+    Ok(())
 }
 
 /// A path as printed: without a leading `./`.
