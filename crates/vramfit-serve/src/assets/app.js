@@ -107,6 +107,9 @@ function show(e) {
   const scale = Math.max(peak, capacity || 0) * 1.04;
 
   $("headline").textContent = `${e.model ?? e.parameters + " parameters"} · batch ${e.setup.micro_batch} × ${e.setup.seq_len} tokens · ${e.setup.precision} · ${e.setup.optimizer} · ${e.setup.attention} attention · checkpointing ${e.setup.checkpointing}` + (e.setup.grad_accum > 1 ? ` · ${e.setup.grad_accum} micro-batches accumulated` : "");
+  const warnings = e.warnings || [];
+  $("warnings").replaceChildren(...warnings.map((w) => el("li", {}, "warning: " + w)));
+  $("warnings").hidden = warnings.length === 0;
   setFigure("peak", peak, bytes(peak));
   $("peak-phase").textContent = e.peak_phase ? words(e.peak_phase) : "model states only";
   setFigure("capacity-out", capacity ?? "", capacity === undefined ? "no GPU" : bytes(capacity));
@@ -126,7 +129,10 @@ function show(e) {
   bar.setAttribute("aria-label", `peak ${bytes(peak)}` + (capacity === undefined ? "" : ` of ${bytes(capacity)} usable`));
   if (capacity !== undefined) {
     const mark = el("div", { class: "capacity" }, el("span", {}, `capacity ${bytes(capacity)}`));
-    mark.style.left = (100 * capacity / scale).toFixed(3) + "%";
+    const at = 100 * capacity / scale;
+    mark.style.left = at.toFixed(3) + "%";
+    // Keep the label inside the bar near either end.
+    mark.firstChild.className = at > 80 ? "end" : at < 20 ? "start" : "";
     bar.append(mark);
   }
   $("components").tBodies[0].replaceChildren(...parts.map(([name, b]) => {

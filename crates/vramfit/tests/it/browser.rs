@@ -322,6 +322,37 @@ fn the_page_in_a_real_browser() {
         "seq_len 2049",
     );
 
+    // A capacity instead of a card, and a card without bf16: the CLI's warning shows.
+    browser.click("#gpu option[value=custom]");
+    browser.wait_for("!document.getElementById('capacity-field').hidden", "the capacity field");
+    browser.clear("#capacity");
+    browser.type_into("#capacity", "12GiB");
+    let custom =
+        expected(&served, &with(&base, json!({"batch": 4, "seq_len": 2049, "gpu": "12GiB"})));
+    browser.wait_for(
+        &format!(
+            "document.getElementById('capacity-out').dataset.value === '{}'",
+            custom["capacity"].as_str().unwrap()
+        ),
+        "the typed capacity",
+    );
+    browser.wait_for("document.body.dataset.state === 'idle'", "the update");
+    check_shown(&browser, &custom);
+    browser.click("#gpu option[value=t4]");
+    let t4 = post(
+        served.addr,
+        "/api/estimate",
+        &with(&base, json!({"batch": 4, "seq_len": 2049, "gpu": "t4"})),
+    )
+    .json();
+    let warning = t4["warnings"][0].as_str().unwrap().to_owned();
+    assert!(warning.contains("no hardware bf16"), "{warning}");
+    let shown =
+        browser.wait_for("document.getElementById('warnings').textContent", "the bf16 warning");
+    assert_eq!(shown, format!("warning: {warning}"));
+    assert_eq!(browser.run("return document.getElementById('capacity-field').hidden;", &[]), true);
+    browser.click("#gpu option[value=rtx-4090]");
+
     // Dropping a config.json: the page estimates that model.
     let dir = tempfile::tempdir().unwrap();
     let gpt2 = std::fs::read_to_string(

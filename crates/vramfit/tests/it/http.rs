@@ -156,8 +156,7 @@ pub fn read_response(stream: &mut TcpStream) -> Response {
 
 fn dechunk(mut data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(end) = data.windows(2).position(|w| w == b"\r\n") else { break };
+    while let Some(end) = data.windows(2).position(|w| w == b"\r\n") {
         let size = String::from_utf8_lossy(&data[..end]);
         let size = usize::from_str_radix(size.split(';').next().unwrap().trim(), 16).unwrap();
         if size == 0 {

@@ -192,7 +192,8 @@ fn bad_requests_get_a_status_and_a_json_error() {
     let served = Served::start();
     let addr = served.addr;
     let json_type = [("Content-Type", "application/json")];
-    let cases: Vec<(&str, &str, &[(&str, &str)], &[u8], u16, &str)> = vec![
+    type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)], &'a [u8], u16, &'a str);
+    let cases: Vec<Case> = vec![
         ("GET", "/nope", &[], b"", 404, "no such page: /nope"),
         ("GET", "/api/estimate", &[], b"", 405, "method not allowed here"),
         (
