@@ -257,8 +257,12 @@ fn the_page_in_a_real_browser() {
         find(&["chromium", "chromium-browser"], "VRAMFIT_CHROMIUM"),
         find(&["chromedriver"], "VRAMFIT_CHROMEDRIVER"),
     ) else {
-        let message = "skipped the_page_in_a_real_browser: chromium and chromedriver are not installed (apt-get install chromium chromium-driver)";
-        assert!(std::env::var_os("VRAMFIT_REQUIRE_BROWSER").is_none(), "{message}");
+        let missing = "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)";
+        assert!(
+            std::env::var_os("VRAMFIT_REQUIRE_BROWSER").is_none(),
+            "VRAMFIT_REQUIRE_BROWSER is set but {missing}"
+        );
+        let message = format!("skipped the_page_in_a_real_browser: {missing}");
         // Straight to the terminal: the test harness does not capture this.
         let _ = writeln!(std::io::stderr().lock(), "{message}");
         return;

@@ -457,3 +457,28 @@ fn other_hosts_warn_and_busy_ports_fail() {
     assert!(stderr.starts_with("warning: listening on 0.0.0.0: anyone who can reach this address can use the page and its API, without authentication\nerror: cannot listen on 0.0.0.0:PORT"), "{stderr}");
     drop(holder);
 }
+
+/// Input that takes a parser deep (nested brackets, a long line) is answered, and the server
+/// lives on.
+#[test]
+fn deep_and_long_input_is_answered() {
+    let mut served = Served::start();
+    let nested = format!("x = {}1{}\n", "(".repeat(50_000), ")".repeat(50_000));
+    let lint = post(served.addr, "/api/lint", &json!({"source": nested}));
+    assert!(lint.status == 200 || lint.status == 400, "{}", lint.status);
+    let deep_json = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let response = request(
+        served.addr,
+        "POST",
+        "/api/estimate",
+        &[("Content-Type", "application/json")],
+        deep_json.as_bytes(),
+    );
+    assert_eq!(response.status, 400);
+    assert!(response.json()["error"].as_str().unwrap().contains("recursion limit"));
+    let long = "x".repeat(7 << 20);
+    let doctor = post(served.addr, "/api/doctor", &json!({"text": long}));
+    assert_eq!(doctor.status, 400);
+    assert!(served.alive());
+    assert_eq!(post(served.addr, "/api/lint", &json!({"source": "x = 1\n"})).status, 200);
+}
