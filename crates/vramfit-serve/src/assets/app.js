@@ -89,9 +89,12 @@ async function update() {
   if (!estimate.ok) {
     $("estimate-error").textContent = errorText(estimate.payload);
     $("estimate-error").hidden = false;
+    // No stale figures next to an error.
+    $("answer").hidden = true;
     if (config && body.config) showConfigError(estimate.payload);
   } else {
     $("estimate-error").hidden = true;
+    $("answer").hidden = false;
     show(estimate.payload);
     $("timeline").innerHTML = chart.ok ? chart.payload : "";
   }

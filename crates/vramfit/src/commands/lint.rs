@@ -116,7 +116,10 @@ pub fn run(args: LintArgs) -> Result<Outcome, Failure> {
     };
     let counts = Counts::of(&run.reports);
     let mut stdout = anstream::stdout().lock();
-    render::write_reports(&mut stdout, format, &run.reports)?;
+    match format {
+        Format::Json => write_json(&mut stdout, &run.reports)?,
+        _ => render::write_reports(&mut stdout, format, &run.reports)?,
+    }
     if matches!(format, Format::Text | Format::Concise) && !files.is_empty() {
         render::write_summary(&mut stdout, counts, run.reports.len())?;
     }
@@ -133,8 +136,13 @@ pub fn lint_text_json(out: &mut dyn Write, filename: &str, source: String) -> Re
     let source = SourceText::python(source);
     let checked = vramfit_lint::check_source(&source, &settings, Some(&path));
     let report = FileReport { path, source, checked, fixed: 0 };
-    render::write_reports(out, Format::Json, std::slice::from_ref(&report))?;
+    write_json(out, std::slice::from_ref(&report))?;
     Ok(())
+}
+
+/// What `--format json` prints, for the CLI and the web API alike.
+fn write_json(out: &mut dyn Write, reports: &[FileReport]) -> std::io::Result<()> {
+    render::write_reports(out, Format::Json, reports)
 }
 
 /// A path as printed: without a leading `./`.

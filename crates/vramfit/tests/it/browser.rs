@@ -313,6 +313,25 @@ fn the_page_in_a_real_browser() {
     assert!(shown["fits"].as_str().unwrap().starts_with("no, "));
     browser.screenshot("laptop-batch-4.png");
 
+    // A batch the CLI refuses: its error, and no stale figures.
+    browser.clear("#batch");
+    browser.type_into("#batch", "0");
+    let refused = post(served.addr, "/api/estimate", &with(&base, json!({"batch": 0}))).json();
+    let shown = browser.wait_for("!document.getElementById('estimate-error').hidden && document.getElementById('estimate-error').textContent", "the error");
+    assert_eq!(
+        shown,
+        format!(
+            "error: {}\nhint: {}",
+            refused["error"].as_str().unwrap(),
+            refused["hint"].as_str().unwrap()
+        )
+    );
+    assert_eq!(browser.run("return document.getElementById('answer').hidden;", &[]), true);
+    browser.clear("#batch");
+    browser.type_into("#batch", "4");
+    browser.wait_for("document.getElementById('estimate-error').hidden && !document.getElementById('answer').hidden", "the figures again");
+    check_shown(&browser, &four);
+
     // The keyboard: from the batch, Tab reaches the sequence length, and ArrowUp changes it.
     browser.type_into("#batch", "\u{E004}");
     assert_eq!(browser.run("return document.activeElement.id;", &[]), "seq-len");
