@@ -37,6 +37,16 @@ impl Failure {
         self
     }
 
+    /// The `error:` line's text.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The `hint:` line's text, if any.
+    pub fn hint_line(&self) -> Option<&str> {
+        self.hint.as_deref()
+    }
+
     /// Writing to stdout failed because the reader went away (`vramfit ... | head`): not an error.
     pub fn is_broken_pipe(&self) -> bool {
         self.broken_pipe

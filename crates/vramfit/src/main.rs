@@ -36,6 +36,8 @@ enum Command {
     Lint(commands::lint::LintArgs),
     /// Print the documentation of a lint rule (e.g. `vramfit rule MEM101`).
     Rule(commands::lint::RuleArgs),
+    /// Serve a local web page that shows a training step's memory (127.0.0.1 only by default).
+    Serve(commands::serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +55,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => commands::doctor::run(args),
         Command::Lint(args) => commands::lint::run(args),
         Command::Rule(args) => commands::lint::run_rule(args),
+        Command::Serve(args) => commands::serve::run(args),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,

@@ -66,7 +66,7 @@ enum Format {
 /// What one input turned out to be.
 #[derive(Debug, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-enum Analysis {
+pub enum Analysis {
     Log {
         input: String,
         #[serde(flatten)]
@@ -113,10 +113,7 @@ pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
     }
     let mut out = io::stdout().lock();
     match args.format {
-        Format::Json => match analyses.as_slice() {
-            [one] => json::write(&mut out, one)?,
-            many => json::write(&mut out, &many)?,
-        },
+        Format::Json => write_json(&mut out, &analyses)?,
         Format::Text => {
             for (i, analysis) in analyses.iter().enumerate() {
                 if i > 0 {
@@ -143,6 +140,26 @@ pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
     }
     out.flush()?;
     Ok(Outcome::Success)
+}
+
+/// What `--format json` prints: one object for one input, an array for several.
+pub fn write_json(out: &mut impl Write, analyses: &[Analysis]) -> io::Result<()> {
+    match analyses {
+        [one] => json::write(out, one),
+        many => json::write(out, &many),
+    }
+}
+
+/// Diagnoses text held in memory (a pasted message, log, `memory_summary()` or
+/// `memory_stats()` JSON), as `vramfit doctor` does a file; `name` stands for its path.
+pub fn analyse_text(name: &str, text: &str) -> Result<Analysis, Failure> {
+    match InputKind::detect(text.as_bytes()) {
+        InputKind::Snapshot => Err(Failure::with_hint(
+            format!("{name} looks like a memory snapshot pickle, which is not text"),
+            "pass the snapshot file to `vramfit doctor FILE`",
+        )),
+        kind => analyse_content(name.to_owned(), kind, text, None),
+    }
 }
 
 fn name_of(analysis: &Analysis) -> &str {
@@ -289,36 +306,39 @@ fn analyse(
         kind => {
             let mut bytes = Vec::new();
             input.reader().read_to_end(&mut bytes)?;
-            let content = String::from_utf8_lossy(&bytes);
-            match kind {
-                InputKind::StatsJson => {
-                    let stats = parse_stats_json(&content)
-                        .map_err(|e| Failure::new(format!("{name}: {e}")))?;
-                    let diagnoses = vramfit_doctor::diagnosis::diagnose_stats(&stats);
-                    Ok(Analysis::Stats { input: name, source: "memory_stats()", stats, diagnoses })
-                }
-                InputKind::Summary => {
-                    let stats = parse_summary(&content)
-                        .map_err(|e| Failure::new(format!("{name}: {e}")))?;
-                    let diagnoses = vramfit_doctor::diagnosis::diagnose_stats(&stats);
-                    Ok(Analysis::Stats {
-                        input: name,
-                        source: "memory_summary()",
-                        stats,
-                        diagnoses,
-                    })
-                }
-                _ => {
-                    let report = diagnose_log_against(&content, &SizeHints::default(), prediction)
-                        .ok_or_else(|| {
-                        Failure::with_hint(
-                            format!("no out-of-memory message found in {name}"),
-                            "pass the whole error text or log, a torch.cuda.memory_summary() table, torch.cuda.memory_stats() as JSON, or a snapshot from torch.cuda.memory._dump_snapshot()",
-                        )
-                    })?;
-                    Ok(Analysis::Log { input: name, report })
-                }
-            }
+            analyse_content(name, kind, &String::from_utf8_lossy(&bytes), prediction)
+        }
+    }
+}
+
+/// A text input of a known kind (not a snapshot).
+fn analyse_content(
+    name: String,
+    kind: InputKind,
+    content: &str,
+    prediction: Option<&Prediction>,
+) -> Result<Analysis, Failure> {
+    match kind {
+        InputKind::StatsJson => {
+            let stats =
+                parse_stats_json(content).map_err(|e| Failure::new(format!("{name}: {e}")))?;
+            let diagnoses = vramfit_doctor::diagnosis::diagnose_stats(&stats);
+            Ok(Analysis::Stats { input: name, source: "memory_stats()", stats, diagnoses })
+        }
+        InputKind::Summary => {
+            let stats = parse_summary(content).map_err(|e| Failure::new(format!("{name}: {e}")))?;
+            let diagnoses = vramfit_doctor::diagnosis::diagnose_stats(&stats);
+            Ok(Analysis::Stats { input: name, source: "memory_summary()", stats, diagnoses })
+        }
+        _ => {
+            let report = diagnose_log_against(content, &SizeHints::default(), prediction)
+                .ok_or_else(|| {
+                    Failure::with_hint(
+                        format!("no out-of-memory message found in {name}"),
+                        "pass the whole error text or log, a torch.cuda.memory_summary() table, torch.cuda.memory_stats() as JSON, or a snapshot from torch.cuda.memory._dump_snapshot()",
+                    )
+                })?;
+            Ok(Analysis::Log { input: name, report })
         }
     }
 }

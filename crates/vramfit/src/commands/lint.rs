@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use vramfit_lint::render::{self, Counts, Format};
-use vramfit_lint::{FixMode, LintConfig, RULES, Rule, Settings};
+use vramfit_lint::{FileReport, FixMode, LintConfig, RULES, Rule, Settings, SourceText};
 
 use crate::{Failure, Outcome};
 
@@ -116,12 +116,33 @@ pub fn run(args: LintArgs) -> Result<Outcome, Failure> {
     };
     let counts = Counts::of(&run.reports);
     let mut stdout = anstream::stdout().lock();
-    render::write_reports(&mut stdout, format, &run.reports)?;
+    match format {
+        Format::Json => write_json(&mut stdout, &run.reports)?,
+        _ => render::write_reports(&mut stdout, format, &run.reports)?,
+    }
     if matches!(format, Format::Text | Format::Concise) && !files.is_empty() {
         render::write_summary(&mut stdout, counts, run.reports.len())?;
     }
     stdout.flush()?;
     Ok(if counts.diagnostics > 0 { Outcome::Negative } else { Outcome::Success })
+}
+
+/// Lints Python source held in memory and writes what `vramfit lint --format json` prints
+/// for it; `filename` stands for its path. Default settings: there is no `pyproject.toml`.
+pub fn lint_text_json(out: &mut dyn Write, filename: &str, source: String) -> Result<(), Failure> {
+    let settings = Settings::resolve(&LintConfig::default(), Path::new("."))
+        .map_err(|err| Failure::new(err.to_string()))?;
+    let path = PathBuf::from(filename);
+    let source = SourceText::python(source);
+    let checked = vramfit_lint::check_source(&source, &settings, Some(&path));
+    let report = FileReport { path, source, checked, fixed: 0 };
+    write_json(out, std::slice::from_ref(&report))?;
+    Ok(())
+}
+
+/// What `--format json` prints, for the CLI and the web API alike.
+fn write_json(out: &mut dyn Write, reports: &[FileReport]) -> std::io::Result<()> {
+    render::write_reports(out, Format::Json, reports)
 }
 
 /// A path as printed: without a leading `./`.

@@ -3,3 +3,4 @@
 pub mod doctor;
 pub mod estimate;
 pub mod lint;
+pub mod serve;

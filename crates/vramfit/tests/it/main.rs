@@ -1,6 +1,9 @@
 //! The one integration-test binary: each module drives the real `vramfit` executable.
 
+mod browser;
 mod cli;
 mod doctor;
 mod estimate;
+mod http;
 mod lint;
+mod serve;

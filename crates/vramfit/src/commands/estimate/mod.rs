@@ -2,7 +2,7 @@
 
 mod json;
 mod setup_args;
-mod svg;
+pub mod svg;
 mod text;
 
 use std::fs::File;
@@ -117,7 +117,7 @@ pub fn run(args: EstimateArgs) -> Result<Outcome, Failure> {
     }
     match args.format {
         Format::Text => text::render(&mut out, &report)?,
-        Format::Json => json::render(&mut out, &report)?,
+        Format::Json => render_json(&mut out, &report)?,
     }
     out.flush()?;
     let fits = match &report {
@@ -130,26 +130,51 @@ pub fn run(args: EstimateArgs) -> Result<Outcome, Failure> {
 
 /// Writes `--svg`: only a simulated step has a timeline to draw.
 fn write_chart(path: &PathBuf, report: &Report) -> Result<(), Failure> {
+    // Refuse before creating the file.
+    if !matches!(report, Report::Full { timeline: Some(_), .. }) {
+        return Err(no_chart());
+    }
+    let file = File::create(path)
+        .map_err(|e| Failure::new(format!("cannot write {}: {e}", path.display())))?;
+    let mut out = BufWriter::new(file);
+    render_svg(&mut out, report)?;
+    out.flush()?;
+    Ok(())
+}
+
+fn no_chart() -> Failure {
+    Failure::with_hint(
+        "--svg needs a model: a bare parameter count has no step to draw",
+        "pass --model NAME, a config.json or ORG/NAME instead of --params",
+    )
+}
+
+/// The chart `--svg` writes, of a report computed with `chart`.
+pub fn render_svg(out: &mut impl Write, report: &Report) -> Result<(), Failure> {
     let Report::Full { model, setup, estimate, verdict, timeline: Some(timeline), .. } = report
     else {
-        return Err(Failure::with_hint(
-            "--svg needs a model: a bare parameter count has no step to draw",
-            "pass --model NAME, a config.json or ORG/NAME instead of --params",
-        ));
+        return Err(no_chart());
     };
     let title = format!("{model} · {}", text::setup_line(setup));
     let capacity = verdict.as_ref().map(|v| (v.gpu.as_str(), Bytes(v.capacity_bytes)));
     let chart = svg::Chart { title: &title, estimate, timeline, capacity };
-    let file = File::create(path)
-        .map_err(|e| Failure::new(format!("cannot write {}: {e}", path.display())))?;
-    let mut out = BufWriter::new(file);
-    svg::write(&mut out, &chart)?;
-    out.flush()?;
+    svg::write(out, &chart)?;
+    Ok(())
+}
+
+/// What `--format json` prints.
+pub fn render_json(out: &mut dyn Write, report: &Report) -> Result<(), Failure> {
+    json::render(out, report)?;
     Ok(())
 }
 
 /// Resolves the arguments and runs the estimator; `chart` also records the step's timeline.
 pub fn compute(args: &SetupArgs, chart: bool) -> Result<Report, Failure> {
+    compute_with(args, args.model_source()?, chart)
+}
+
+/// As [`compute`], for a model already resolved (the web page's built-in or dropped config).
+pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Result<Report, Failure> {
     let setup = args.train_setup()?;
     let gpu = args.gpu()?;
     let context = args.cuda_context()?;
@@ -164,7 +189,7 @@ pub fn compute(args: &SetupArgs, chart: bool) -> Result<Report, Failure> {
             setup.precision
         ));
     }
-    match args.model_source()? {
+    match source {
         ModelSource::Parameters(parameters) => {
             let states = vramfit_core::model_states_for_params(parameters, &setup)
                 .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;

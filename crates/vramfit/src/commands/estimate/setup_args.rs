@@ -156,6 +156,21 @@ impl SetupArgs {
     }
 }
 
+impl ModelSource {
+    /// A built-in model, by name; no file or Hub id.
+    pub fn builtin(name: &str) -> Result<ModelSource, Failure> {
+        match catalog::resolve(name) {
+            Some((id, json)) => spec_from(id.to_string(), json, &format!("built-in model {id}")),
+            None => Err(unknown_model(name)),
+        }
+    }
+
+    /// The text of a `config.json`; `origin` names it in errors, as a path does on the CLI.
+    pub fn from_config(label: String, json: &str, origin: &str) -> Result<ModelSource, Failure> {
+        spec_from(label, json, origin)
+    }
+}
+
 fn spec_from(label: String, json: &str, origin: &str) -> Result<ModelSource, Failure> {
     let spec = ModelSpec::from_hf_config(json)
         .map_err(|e| Failure::with_hint(format!("{origin}: {e}"), e.hint()))?;
@@ -217,6 +232,10 @@ fn resolve_model(name: &str) -> Result<ModelSource, Failure> {
         let json = read_config(&file)?;
         return spec_from(name.to_string(), &json, &file.display().to_string());
     }
+    Err(unknown_model(name))
+}
+
+fn unknown_model(name: &str) -> Failure {
     let suggestion = catalog::names()
         .into_iter()
         .map(|n| (gpu::edit_distance(&name.to_ascii_lowercase(), n), n))
@@ -224,8 +243,8 @@ fn resolve_model(name: &str) -> Result<ModelSource, Failure> {
         .min()
         .map(|(_, n)| format!(" (did you mean '{n}'?)"))
         .unwrap_or_default();
-    Err(Failure::with_hint(
+    Failure::with_hint(
         format!("unknown model '{name}'{suggestion}"),
         "use a built-in name (vramfit estimate --list-models), a path to config.json, or a Hub id ORG/NAME",
-    ))
+    )
 }

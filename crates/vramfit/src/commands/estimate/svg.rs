@@ -16,8 +16,8 @@ const BOTTOM: f64 = 44.0;
 /// Points drawn: enough for a smooth curve at this width.
 pub const POINTS: usize = 1200;
 
-/// Colours by component, in `Component::ALL` order.
-const COLOURS: [&str; 7] =
+/// Colours by component, in `Component::ALL` order (the web page's bar uses them too).
+pub const COLOURS: [&str; 7] =
     ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1"];
 
 /// A light band for each phase.
