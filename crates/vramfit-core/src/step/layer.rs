@@ -2,7 +2,9 @@
 //! (sequential, parallel as in NeoX, or post-norm as in BERT).
 
 use super::attention::attention_core;
-use super::ops::{activation, add, dropout, linear, mul2, new, norm, rotary, to, unary};
+use super::ops::{
+    Saves, activation, add, consume, dropout, linear, mul2, new, norm, rotary, to, unary,
+};
 use super::{Context, LayerParams, Model, Result, Tensor, mul};
 use crate::graph::{Grad, Graph, ParamId};
 use crate::model::Positions;
@@ -83,25 +85,17 @@ pub(super) fn layer_forward(
     } else {
         o
     };
-    let od = dropout(g, cx, o, s.hidden_dropout)?;
-    if od.id != o.id {
-        g.drop(o.id);
-    }
+    let od = consume(g, o, |g, o| dropout(g, cx, o, s.hidden_dropout))?;
     if s.parallel_residual {
         // NeoX: x + attn(ln1(x)) + mlp(ln2(x))
         g.drop(a_in.id);
         let m_in = norm(g, cx, x, &lp.norm2, n)?;
         let mo = mlp(g, cx, lp, m_in)?;
         g.drop(m_in.id);
-        let md = dropout(g, cx, mo, s.hidden_dropout)?;
-        if md.id != mo.id {
-            g.drop(mo.id);
-        }
-        let s1 = add(g, md, od)?;
-        g.drop(md.id);
+        let md = consume(g, mo, |g, mo| dropout(g, cx, mo, s.hidden_dropout))?;
+        let s1 = consume(g, md, |g, md| add(g, md, od))?;
         g.drop(od.id);
-        let y = add(g, s1, x)?;
-        g.drop(s1.id);
+        let y = consume(g, s1, |g, s1| add(g, s1, x))?;
         return Ok(y);
     }
     let h1 = add(g, x, od)?;
@@ -129,10 +123,7 @@ pub(super) fn layer_forward(
     } else {
         mo
     };
-    let md = dropout(g, cx, mo, s.hidden_dropout)?;
-    if md.id != mo.id {
-        g.drop(mo.id);
-    }
+    let md = consume(g, mo, |g, mo| dropout(g, cx, mo, s.hidden_dropout))?;
     let y = add(g, h1, md)?;
     g.drop(md.id);
     g.drop(h1.id);
@@ -209,7 +200,7 @@ pub(super) fn moe(g: &mut Graph, cx: &Context<'_>, lp: &LayerParams, x: Tensor) 
     let i = s.intermediate_size;
     let logits = linear(g, cx, x, m.experts, router, None)?;
     let (l32, copied) = to(g, logits, DType::F32)?;
-    let probs = unary(g, l32, DType::F32, false, true)?;
+    let probs = unary(g, l32, DType::F32, Saves::Output)?;
     if copied {
         g.drop(l32.id);
     }
@@ -227,13 +218,11 @@ pub(super) fn moe(g: &mut Graph, cx: &Context<'_>, lp: &LayerParams, x: Tensor) 
     g.drop(sel.id);
     let gate = Tensor { numel: mul(rows, i)?, ..gu };
     let a = activation(g, &rcx, gate)?;
-    let p = mul2(g, a, gate)?;
-    g.drop(a.id);
+    let p = consume(g, a, |g, a| mul2(g, a, gate))?;
     g.drop(gu.id);
     let d = linear(g, &rcx, p, h, down, None)?;
     g.drop(p.id);
-    let wd = mul2(g, d, Tensor { numel: rows, ..weights })?;
-    g.drop(d.id);
+    let wd = consume(g, d, |g, d| mul2(g, d, Tensor { numel: rows, ..weights }))?;
     g.drop(weights.id);
     let (wc, copied) = to(g, wd, x.dtype)?;
     if copied {

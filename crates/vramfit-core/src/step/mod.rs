@@ -4,15 +4,21 @@
 //! gets follows autocast's rules.
 
 mod attention;
+mod embeddings;
+mod head;
 mod layer;
 mod ops;
+mod parameters;
 
+use self::embeddings::{embed, layer_inputs};
+use self::head::head_and_loss;
 use self::layer::layer_forward;
-use self::ops::{add, dropout, linear, new, norm, to, unary};
+use self::ops::norm;
+pub(crate) use self::parameters::{LayerParams, Model, build_model};
 use crate::device::Device;
 use crate::estimate::ModelStates;
-use crate::graph::{Boundary, Checkpoint, Grad, Graph, ParamId};
-use crate::model::{Head, ModelSpec, Positions};
+use crate::graph::{Boundary, Checkpoint, Graph};
+use crate::model::ModelSpec;
 use crate::setup::{Checkpointing, TrainSetup};
 use crate::timeline::Phase;
 use crate::timeline::{ByComponent, Component, StreamObserver, Tid, Timeline};
@@ -42,24 +48,6 @@ fn promote(a: DType, b: DType) -> DType {
     if a == DType::F32 || b == DType::F32 { DType::F32 } else { a }
 }
 
-/// Parameters of one layer, in use order.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct LayerParams {
-    norm1: Vec<ParamId>,
-    qkv: Vec<ParamId>,
-    qkv_bias: Vec<ParamId>,
-    qk_norm: Vec<ParamId>,
-    o: ParamIdOpt,
-    o_bias: ParamIdOpt,
-    norm2: Vec<ParamId>,
-    sandwich: Vec<ParamId>,
-    router: ParamIdOpt,
-    mlp: Vec<ParamId>,
-    mlp_bias: Vec<ParamId>,
-}
-
-type ParamIdOpt = Option<ParamId>;
-
 /// Everything fixed for one estimate.
 pub(crate) struct Context<'a> {
     pub(crate) spec: &'a ModelSpec,
@@ -80,191 +68,6 @@ impl Context<'_> {
     fn mm_out(&self, x: DType) -> DType {
         if self.autocast { self.compute_dtype } else { x }
     }
-}
-
-pub(crate) struct Model {
-    pub(crate) embed: ParamId,
-    pub(crate) positions: Option<ParamId>,
-    pub(crate) token_types: Option<ParamId>,
-    pub(crate) embed_norm: Vec<ParamId>,
-    pub(crate) layers: Vec<LayerParams>,
-    pub(crate) final_norm: Vec<ParamId>,
-    pub(crate) mlm: Vec<ParamId>,
-    pub(crate) head: ParamId,
-    pub(crate) head_bias: Option<ParamId>,
-}
-
-/// Registers the model's parameters from its layout (resident from the start), then its
-/// buffers.
-pub(crate) fn build_model(
-    g: &mut Graph,
-    cx: &Context<'_>,
-    layout: &crate::layout::ParameterLayout,
-) -> Result<Model> {
-    use crate::layout::Slot;
-    let mut model = Model {
-        embed: ParamId(usize::MAX),
-        positions: None,
-        token_types: None,
-        embed_norm: Vec::new(),
-        layers: vec![LayerParams::default(); layout.n_layers as usize],
-        final_norm: Vec::new(),
-        mlm: Vec::new(),
-        head: ParamId(usize::MAX),
-        head_bias: None,
-    };
-    for (layer, decl) in layout.iter() {
-        let numel = decl.shape.numel().ok_or(Overflow)?;
-        let cast =
-            if cx.autocast && decl.matmul { mul(numel, cx.compute_dtype.size())? } else { 0 };
-        let id = g.add_param(numel, cx.param_dtype, decl.trains, cast)?;
-        g.tl.alloc(Component::Parameters, g.param(id).resident)?;
-        if let Some((rows, cols)) = decl.shape.matrix() {
-            g.set_matrix(id, rows, cols);
-        }
-        match (layer, decl.slot) {
-            (None, Slot::Embed) => model.embed = id,
-            (None, Slot::Positions) => model.positions = Some(id),
-            (None, Slot::TokenTypes) => model.token_types = Some(id),
-            (None, Slot::EmbedNorm) => model.embed_norm.push(id),
-            (None, Slot::FinalNorm) => model.final_norm.push(id),
-            (None, Slot::Mlm) => model.mlm.push(id),
-            (None, Slot::Head) => model.head = id,
-            (None, Slot::HeadBias) => model.head_bias = Some(id),
-            (Some(l), slot) => {
-                let lp = &mut model.layers[l as usize];
-                match slot {
-                    Slot::Norm1 => lp.norm1.push(id),
-                    Slot::Qkv => lp.qkv.push(id),
-                    Slot::QkvBias => lp.qkv_bias.push(id),
-                    Slot::QkNorm => lp.qk_norm.push(id),
-                    Slot::O => lp.o = Some(id),
-                    Slot::OBias => lp.o_bias = Some(id),
-                    Slot::Norm2 => lp.norm2.push(id),
-                    Slot::Sandwich => lp.sandwich.push(id),
-                    Slot::Router => lp.router = Some(id),
-                    Slot::Mlp => lp.mlp.push(id),
-                    Slot::MlpBias => lp.mlp_bias.push(id),
-                    other => unreachable!("{other:?} is not a layer slot"),
-                }
-            }
-            (None, other) => unreachable!("{other:?} is a layer slot"),
-        }
-    }
-    if layout.tied {
-        g.set_shared(model.embed);
-        model.head = model.embed;
-    }
-    // Buffers.
-    let mut buffers = 0u64;
-    for b in &layout.buffers {
-        let size = b.dtype.unwrap_or(cx.param_dtype).size();
-        buffers = buffers.checked_add(mul(b.numel, size)?).ok_or(Overflow)?;
-    }
-    if buffers > 0 {
-        g.tl.alloc(Component::Parameters, buffers)?;
-    }
-    Ok(model)
-}
-
-/// Embedding lookup (and positions, token types, scaling, dropout, BERT's LayerNorm).
-fn embed(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<Tensor> {
-    let s = cx.spec;
-    let n = cx.tokens;
-    let h = s.hidden_size;
-    let e = mul(n, h)?;
-    let grad_of = |g: &Graph, p: ParamId| Grad::Param(p, g.param(p).grad_bytes());
-    // The dense weight gradient of `embedding` is one table-sized buffer (`zeros` filled by
-    // `index_add`); with tied embeddings it then meets the output projection's gradient.
-    let mut x = new(g, cx.param_dtype, e)?;
-    g.record(&[x.id], &[], vec![grad_of(g, m.embed)]);
-    if s.scaled_embeddings {
-        let y = unary(g, x, x.dtype, false, false)?;
-        g.drop(x.id);
-        x = y;
-    }
-    if let Some(tt) = m.token_types {
-        let t = new(g, cx.param_dtype, e)?;
-        g.record(&[t.id], &[], vec![grad_of(g, tt)]);
-        let y = add(g, x, t)?;
-        g.drop(x.id);
-        g.drop(t.id);
-        x = y;
-    }
-    if let (Some(pp), Positions::Learned { ids_from_buffer, .. }) = (m.positions, s.positions) {
-        let per = if ids_from_buffer { e } else { mul(cx.setup.seq_len, h)? };
-        // GPT-2 computes `position_ids` (int64 `[1, S]`, `arange` + offset) and the lookup
-        // saves them; BERT slices its registered buffer (a view).
-        let ids = if ids_from_buffer { None } else { Some(g.alloc(mul(cx.setup.seq_len, 8)?)?) };
-        let t = new(g, cx.param_dtype, per)?;
-        g.record(&[t.id], ids.as_slice(), vec![grad_of(g, pp)]);
-        if let Some(i) = ids {
-            g.drop(i);
-        }
-        let y = add(g, x, t)?;
-        g.drop(x.id);
-        g.drop(t.id);
-        x = y;
-    }
-    if !m.embed_norm.is_empty() {
-        let y = norm(g, cx, x, &m.embed_norm, n)?;
-        g.drop(x.id);
-        x = y;
-    }
-    let y = dropout(g, cx, x, s.embedding_dropout)?;
-    if y.id != x.id {
-        g.drop(x.id);
-    }
-    Ok(y)
-}
-
-/// The head and the loss. Returns the loss tensor (its gradient seeds backward).
-fn head_and_loss(g: &mut Graph, cx: &Context<'_>, m: &Model, h: Tensor) -> Result<Tensor> {
-    let s = cx.spec;
-    let n = cx.tokens;
-    let v = s.vocab_size;
-    let mut x = h;
-    let mut owned = false;
-    if s.head == Head::MaskedLm {
-        // transform: dense + gelu + LayerNorm
-        let d = linear(g, cx, x, s.hidden_size, m.mlm[0], m.mlm.get(1).copied())?;
-        let a = unary(g, d, d.dtype, true, false)?;
-        g.drop(d.id);
-        let ln = norm(g, cx, a, &m.mlm[2..], n)?;
-        g.drop(a.id);
-        x = ln;
-        owned = true;
-    }
-    let logits = linear(g, cx, x, v, m.head, m.head_bias)?;
-    if owned {
-        g.drop(x.id);
-    }
-    let logits = if let Some(_cap) = s.final_softcap {
-        let a = unary(g, logits, logits.dtype, false, false)?;
-        g.drop(logits.id);
-        let t = unary(g, a, a.dtype, false, true)?;
-        g.drop(a.id);
-        let b = unary(g, t, t.dtype, false, false)?;
-        g.drop(t.id);
-        b
-    } else {
-        logits
-    };
-    // Causal LMs use `ForCausalLMLoss`: logits.float(), then cross_entropy = log_softmax + nll.
-    // BERT/RoBERTa call `CrossEntropyLoss()` on the logits as they are; autocast (CPU and
-    // CUDA alike) runs cross_entropy in fp32, pure bf16 keeps it in bf16.
-    let loss_dt = if s.loss_upcasts_logits || cx.autocast { DType::F32 } else { logits.dtype };
-    let (l32, copied) = to(g, logits, loss_dt)?;
-    let logp = unary(g, l32, loss_dt, false, true)?;
-    if copied {
-        g.drop(l32.id);
-    }
-    let loss = new(g, DType::F32, 1)?;
-    g.record(&[loss.id], &[logp.id], vec![Grad::New(logp.id, mul(mul(n, v)?, loss_dt.size())?)]);
-    g.drop(logp.id);
-    // The model output (with the logits) is dropped once `.loss` is taken.
-    g.drop(logits.id);
-    Ok(loss)
 }
 
 /// One micro-batch: forward, loss, backward.
@@ -361,34 +164,6 @@ fn backward(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<()> {
     }
     assert!(replayed.is_empty(), "a replayed layer was never left");
     Ok(())
-}
-
-/// What the base model computes once and passes to every layer: the eager attention mask
-/// (`masking_utils.eager_mask`: 0 / -inf, `[B, 1, S, S]` in the embeddings' dtype; Gemma 2 builds
-/// a full and a sliding-window one), rotary `cos` and `sin` (`[1, S, rotary dims]`, cast to the
-/// hidden states' dtype) and `position_ids` (int64 `[1, S]`). They live until the base model
-/// returns, and under checkpointing every segment keeps them until its backward.
-///
-/// SDPA gets no mask (`is_causal=True`) and BERT/RoBERTa none without padding. (The CPU oracle
-/// also builds a bool `[B, 1, S, S]` mask for SDPA: a fake-tensor artefact, see ACCURACY.md.)
-fn layer_inputs(g: &mut Graph, cx: &Context<'_>) -> Result<Vec<crate::timeline::Tid>> {
-    let s = cx.spec;
-    let b = cx.setup.micro_batch;
-    let seq = cx.setup.seq_len;
-    let hd = hidden_dtype(cx);
-    let mut shared = Vec::new();
-    if self::attention::effective_kernel(cx) == self::attention::Kernel::Eager {
-        for _ in 0..s.eager_masks {
-            shared.push(g.alloc(mul(mul(mul(b, seq)?, seq)?, hd.size())?)?);
-        }
-    }
-    if let Positions::Rotary { dims } = s.positions {
-        shared.push(g.alloc(mul(seq, 8)?)?);
-        for _ in 0..2 {
-            shared.push(g.alloc(mul(mul(seq, dims)?, hd.size())?)?);
-        }
-    }
-    Ok(shared)
 }
 
 /// The residual stream's dtype: the parameters' (fp32 under autocast: additions promote).

@@ -4,6 +4,7 @@
 use super::{Context, Result, Tensor, mul, promote};
 use crate::graph::{Grad, Graph, ParamId};
 use crate::model::{Activation, Norm};
+use crate::timeline::Tid;
 use crate::units::DType;
 
 /// Allocates a fresh tensor.
@@ -62,23 +63,40 @@ pub(super) fn linear(
     Ok(y)
 }
 
-/// An element-wise op producing `dtype`; `save_in`/`save_out` say what its backward keeps.
-pub(super) fn unary(
+/// What an element-wise op's backward keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Saves {
+    /// Nothing (scaling by a constant, `+ mask`, a cast).
+    Nothing,
+    /// Its input (`silu`, `gelu`, `pow`).
+    Input,
+    /// Its output (`softmax`, `tanh`, `relu`, `rsqrt`).
+    Output,
+}
+
+/// An element-wise op producing `dtype`.
+pub(super) fn unary(g: &mut Graph, x: Tensor, dtype: DType, saves: Saves) -> Result<Tensor> {
+    let y = new(g, dtype, x.numel)?;
+    let saved: &[Tid] = match saves {
+        Saves::Nothing => &[],
+        Saves::Input => &[x.id],
+        Saves::Output => &[y.id],
+    };
+    g.record(&[y.id], saved, vec![Grad::New(x.id, x.bytes())]);
+    Ok(y)
+}
+
+/// Runs an op that consumes `x`: the Python variable holding `x` is rebound to the result,
+/// so `x`'s reference goes (unless the op returned `x` itself, as a dropout of 0 does).
+pub(super) fn consume(
     g: &mut Graph,
     x: Tensor,
-    dtype: DType,
-    save_in: bool,
-    save_out: bool,
+    op: impl FnOnce(&mut Graph, Tensor) -> Result<Tensor>,
 ) -> Result<Tensor> {
-    let y = new(g, dtype, x.numel)?;
-    let mut saved = Vec::new();
-    if save_in {
-        saved.push(x.id);
+    let y = op(g, x)?;
+    if y.id != x.id {
+        g.drop(x.id);
     }
-    if save_out {
-        saved.push(y.id);
-    }
-    g.record(&[y.id], &saved, vec![Grad::New(x.id, x.bytes())]);
     Ok(y)
 }
 
@@ -147,7 +165,7 @@ pub(super) fn norm(
         Norm::RmsNorm | Norm::GemmaRmsNorm => {
             // x32 = x.float(); var = x32.pow(2).mean(-1); h = x32 * rsqrt(var + eps)
             let (x32, copied) = to(g, x, DType::F32)?;
-            let pow = unary(g, x32, DType::F32, true, false)?;
+            let pow = unary(g, x32, DType::F32, Saves::Input)?;
             let mean = g.alloc(small)?;
             g.record(&[mean], &[], vec![Grad::New(pow.id, pow.bytes())]);
             g.drop(pow.id);
@@ -216,8 +234,7 @@ pub(super) fn rotary(
     let b = Tensor { id: g.alloc(mul(rot, odt.size())?)?, dtype: odt, numel: rot };
     g.record(&[b.id], &[], vec![Grad::New(cat.id, cat.bytes())]);
     g.drop(cat.id);
-    let sum = add(g, a, b)?;
-    g.drop(a.id);
+    let sum = consume(g, a, |g, a| add(g, a, b))?;
     g.drop(b.id);
     let sum = Tensor { numel: rot, ..sum };
     if rot == x.numel {
@@ -231,31 +248,26 @@ pub(super) fn rotary(
 
 pub(super) fn activation(g: &mut Graph, cx: &Context<'_>, x: Tensor) -> Result<Tensor> {
     match cx.spec.activation {
-        Activation::Silu | Activation::Gelu => unary(g, x, x.dtype, true, false),
-        Activation::Relu => unary(g, x, x.dtype, false, true),
+        Activation::Silu | Activation::Gelu => unary(g, x, x.dtype, Saves::Input),
+        Activation::Relu => unary(g, x, x.dtype, Saves::Output),
         Activation::GeluPython => {
             // 0.5 * x * (1 + tanh(√(2/π) * (x + 0.044715 * x³))). CUDA autocast runs `pow` in
             // fp32 (a cast copy of x, saved), and fp32 then propagates through the formula;
             // CPU autocast leaves it in the low dtype.
-            let half = unary(g, x, x.dtype, false, false)?;
+            let half = unary(g, x, x.dtype, Saves::Nothing)?;
             let fp32_pow = cx.autocast && cx.device.autocast_fp32.pow && x.dtype != DType::F32;
             let (xp, copied) = if fp32_pow { to(g, x, DType::F32)? } else { (x, false) };
-            let cube = unary(g, xp, xp.dtype, true, false)?;
+            let cube = unary(g, xp, xp.dtype, Saves::Input)?;
             if copied {
                 g.drop(xp.id);
             }
-            let c = unary(g, cube, cube.dtype, false, false)?;
-            g.drop(cube.id);
+            let c = consume(g, cube, |g, cube| unary(g, cube, cube.dtype, Saves::Nothing))?;
             let s = add(g, x, c)?;
             g.drop(c.id);
-            let sc = unary(g, s, s.dtype, false, false)?;
-            g.drop(s.id);
-            let t = unary(g, sc, sc.dtype, false, true)?;
-            g.drop(sc.id);
-            let one = unary(g, t, t.dtype, false, false)?;
-            g.drop(t.id);
-            let y = mul2(g, half, one)?;
-            g.drop(half.id);
+            let sc = consume(g, s, |g, s| unary(g, s, s.dtype, Saves::Nothing))?;
+            let t = consume(g, sc, |g, sc| unary(g, sc, sc.dtype, Saves::Output))?;
+            let one = consume(g, t, |g, t| unary(g, t, t.dtype, Saves::Nothing))?;
+            let y = consume(g, half, |g, half| mul2(g, half, one))?;
             g.drop(one.id);
             Ok(y)
         }

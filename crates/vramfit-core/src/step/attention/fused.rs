@@ -1,0 +1,64 @@
+//! Flash and memory-efficient attention: the kernel saves its inputs (cast to the compute
+//! dtype), its output and the logsumexp.
+
+use super::{Kernel, Shape, partial_rotary};
+use crate::graph::{Grad, Graph};
+use crate::step::ops::{new, to};
+use crate::step::{Context, Result, Tensor, mul};
+
+pub(super) fn attention(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    shape: &Shape,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    kernel: Kernel,
+) -> Result<Tensor> {
+    let Shape { b, seq, heads, q_numel, .. } = *shape;
+    let s = cx.spec;
+    let target = if cx.autocast { cx.compute_dtype } else { q.dtype };
+    let (qc, qcp) = to(g, q, target)?;
+    let (kc, kcp) = to(g, k, target)?;
+    let (vc, vcp) = to(g, v, target)?;
+    // The CPU oracle materialises the causal mask as an additive float mask per layer.
+    let mask = if cx.device.sdpa_materialised_mask {
+        Some(g.alloc(mul(mul(mul(b, seq)?, seq)?, target.size())?)?)
+    } else {
+        None
+    };
+    let out = new(g, target, q_numel)?;
+    let lse_rows = if kernel == Kernel::Efficient { seq.div_ceil(32) * 32 } else { seq };
+    let lse = g.alloc(mul(mul(mul(b, heads)?, lse_rows)?, 4)?)?;
+    let mut saved = vec![qc.id, kc.id, vc.id, out.id, lse];
+    saved.extend(mask);
+    g.record(
+        &[out.id],
+        &saved,
+        vec![
+            Grad::New(qc.id, qc.bytes()),
+            Grad::New(kc.id, kc.bytes()),
+            Grad::New(vc.id, vc.bytes()),
+        ],
+    );
+    g.drop(lse);
+    if let Some(m) = mask {
+        g.drop(m);
+    }
+    for (t, c) in [(qc, qcp), (kc, kcp), (vc, vcp)] {
+        if c {
+            g.drop(t.id);
+        }
+    }
+    // The kernel writes its output in the query's memory layout. A query made
+    // contiguous in `[B, H, S, D]` (by NeoX's partial-rotary `cat`) makes the
+    // `transpose(1, 2).reshape(...)` before the output projection a copy.
+    if partial_rotary(s) {
+        let copy = new(g, out.dtype, out.numel)?;
+        g.record(&[copy.id], &[], vec![Grad::Pass(out.id)]);
+        g.drop(out.id);
+        Ok(copy)
+    } else {
+        Ok(out)
+    }
+}

@@ -1,0 +1,112 @@
+//! The attention core: GQA expansion and the kernel choice here; the kernels by family in
+//! `fused.rs` (flash / memory-efficient: output + logsumexp) and `math.rs` (the math fallback
+//! and HF's eager code: the S×S scores, probabilities and dropout).
+
+mod fused;
+mod math;
+
+use super::ops::new;
+use super::{Context, Result, Tensor, mul};
+use crate::device::SdpaPolicy;
+use crate::graph::{Grad, Graph};
+use crate::model::{ModelSpec, Positions};
+use crate::setup::Attention;
+use crate::units::DType;
+
+/// The sizes every kernel needs.
+struct Shape {
+    b: u64,
+    seq: u64,
+    heads: u64,
+    /// Elements of q (and of the output).
+    q_numel: u64,
+    /// Elements of the `[B, H, S, S]` scores.
+    scores: u64,
+    dropout_p: f64,
+    /// k and v were materialised at the query head count by `repeat_kv`.
+    k_rep: bool,
+    v_rep: bool,
+}
+
+/// The attention core: `softmax(q kᵀ / √d + mask) v`, by kernel.
+pub(super) fn attention_core(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+) -> Result<Tensor> {
+    let s = cx.spec;
+    let b = cx.setup.micro_batch;
+    let seq = cx.setup.seq_len;
+    let heads = s.n_heads;
+    let rep = s.n_heads / s.n_kv_heads.max(1);
+    let q_numel = q.numel;
+    let scores = mul(mul(mul(b, heads)?, seq)?, seq)?;
+    let dropout_p = s.attention_dropout;
+    // GQA: repeat_kv materialises k and v at the query head count.
+    let expand = |g: &mut Graph, t: Tensor| -> Result<(Tensor, bool)> {
+        if rep <= 1 {
+            return Ok((t, false));
+        }
+        let y = new(g, t.dtype, q_numel)?;
+        g.record(&[y.id], &[], vec![Grad::New(t.id, t.bytes())]);
+        Ok((y, true))
+    };
+    let (k, k_rep) = expand(g, k)?;
+    let (v, v_rep) = expand(g, v)?;
+    let kernel = effective_kernel(cx);
+    let shape = Shape { b, seq, heads, q_numel, scores, dropout_p, k_rep, v_rep };
+    let out = match kernel {
+        Kernel::Flash | Kernel::Efficient => fused::attention(g, cx, &shape, q, k, v, kernel)?,
+        Kernel::Math | Kernel::Eager => math::attention(g, cx, &shape, q, k, v, kernel)?,
+    };
+    if k_rep {
+        g.drop(k.id);
+    }
+    if v_rep {
+        g.drop(v.id);
+    }
+    Ok(out)
+}
+
+/// `.contiguous()` / `reshape` of a non-contiguous view: a copy whose backward passes the
+/// gradient through.
+fn contiguous(g: &mut Graph, x: Tensor) -> Result<Tensor> {
+    let c = new(g, x.dtype, x.numel)?;
+    g.record(&[c.id], &[], vec![Grad::Pass(x.id)]);
+    Ok(c)
+}
+
+pub(super) fn partial_rotary(s: &ModelSpec) -> bool {
+    matches!(s.positions, Positions::Rotary { dims } if dims < s.head_dim)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kernel {
+    Flash,
+    Efficient,
+    Math,
+    Eager,
+}
+
+/// Which attention kernel runs. HF `eager` is its own Python code. SDPA picks flash for
+/// 16-bit inputs on CUDA (efficient for fp32); the CPU has one flash kernel for all dtypes but
+/// falls back to the math kernel when attention dropout is on.
+pub(super) fn effective_kernel(cx: &Context<'_>) -> Kernel {
+    match cx.setup.attention {
+        Attention::Eager => Kernel::Eager,
+        Attention::Flash => Kernel::Flash,
+        Attention::Sdpa => {
+            let dropout = cx.spec.attention_dropout > 0.0;
+            let softcap = cx.spec.attn_softcap.is_some();
+            match cx.device.sdpa {
+                SdpaPolicy::Cpu if dropout || softcap => Kernel::Math,
+                SdpaPolicy::Cpu => Kernel::Flash,
+                SdpaPolicy::Cuda if softcap => Kernel::Math,
+                SdpaPolicy::Cuda if cx.compute_dtype == DType::F32 => Kernel::Efficient,
+                SdpaPolicy::Cuda => Kernel::Flash,
+            }
+        }
+    }
+}
