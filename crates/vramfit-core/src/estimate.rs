@@ -6,10 +6,11 @@ use serde::Serialize;
 use crate::device::Device;
 use crate::model::ModelSpec;
 use crate::optim::OptimizerRun;
-use crate::setup::{Attention, Optimizer, Precision, TrainSetup};
+use crate::setup::TrainSetup;
 use crate::step::{StepResult, simulate, simulated_micro_batches};
 use crate::timeline::{ByComponent, Component, Phase, Recorder, StreamObserver};
 use crate::units::{Bytes, Overflow};
+use crate::warning::Warning;
 
 /// The largest sequence length accepted (16M tokens).
 pub const MAX_SEQ_LEN: u64 = 1 << 24;
@@ -37,19 +38,6 @@ pub enum EstimateError {
     /// The parameter count is zero.
     #[error("the parameter count must be positive")]
     NoParameters,
-}
-
-impl EstimateError {
-    /// A one-line hint for the user.
-    pub fn hint(&self) -> String {
-        match self {
-            EstimateError::OutOfRange { field, .. } => {
-                format!("pass a positive, realistic --{field}")
-            }
-            EstimateError::Overflow => "reduce --batch or --seq-len; no GPU holds this".into(),
-            EstimateError::NoParameters => "pass a positive count such as --params 1B".into(),
-        }
-    }
 }
 
 impl From<Overflow> for EstimateError {
@@ -166,7 +154,7 @@ pub struct Estimate {
     /// Trainable parameters.
     pub parameters: u64,
     /// Things the user should know (unsupported combinations, caveats).
-    pub warnings: Vec<String>,
+    pub warnings: Vec<Warning>,
 }
 
 fn check_setup(setup: &TrainSetup) -> Result<(), EstimateError> {
@@ -181,49 +169,6 @@ fn check_setup(setup: &TrainSetup) -> Result<(), EstimateError> {
     check("seq-len", setup.seq_len, MAX_SEQ_LEN)?;
     check("grad-accum", setup.grad_accum, MAX_GRAD_ACCUM)?;
     Ok(())
-}
-
-fn warnings(spec: &ModelSpec, setup: &TrainSetup) -> Vec<String> {
-    let mut w = Vec::new();
-    if setup.precision == Precision::Fp16Mixed {
-        w.push("fp16-mixed needs torch.amp.GradScaler to avoid gradient underflow; bf16-mixed does not".into());
-    }
-    if setup.attention == Attention::Flash && setup.precision == Precision::Fp32 {
-        w.push("flash attention needs fp16 or bf16 inputs; with fp32 PyTorch falls back to another kernel".into());
-    }
-    if setup.attention == Attention::Sdpa && spec.attn_softcap.is_some() {
-        w.push("gemma2's attention softcapping is not supported by SDPA's fused kernels; the math path runs".into());
-    }
-    if let Some(max) = match spec.positions {
-        crate::model::Positions::Learned { max_positions, .. } => Some(max_positions),
-        crate::model::Positions::Rotary { .. } => None,
-    } && setup.seq_len > max
-    {
-        w.push(format!(
-            "seq-len {} exceeds the model's {max} learned positions; the model cannot run it",
-            setup.seq_len
-        ));
-    }
-    if matches!(setup.optimizer, Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit)
-        && setup.optimizer_state_dtype.is_some()
-    {
-        w.push(
-            "bitsandbytes 8-bit optimizers keep uint8 state; --optimizer-state-dtype is ignored"
-                .into(),
-        );
-    }
-    if setup.optimizer == Optimizer::PagedAdamw8bit {
-        w.push("paged-adamw-8bit keeps large state tensors in managed memory, outside the allocator's count".into());
-    }
-    if setup.precision == Precision::Bf16
-        && matches!(setup.optimizer, Optimizer::Adam | Optimizer::Adamw)
-        && setup.optimizer_state_dtype.is_none()
-    {
-        w.push(
-            "pure bf16 with torch Adam keeps bf16 optimizer states (no fp32 master copy)".into(),
-        );
-    }
-    w
 }
 
 /// Predicts the peak memory of one steady-state training step on a CUDA GPU.
@@ -285,7 +230,7 @@ fn summarize(spec: &ModelSpec, setup: &TrainSetup, step: StepResult) -> Estimate
             optimizer_step: Bytes(pp[3]),
         },
         parameters: spec.parameter_count(),
-        warnings: warnings(spec, setup),
+        warnings: crate::warning::warnings(spec, setup),
     }
 }
 

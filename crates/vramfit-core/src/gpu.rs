@@ -82,13 +82,6 @@ pub enum GpuCatalogError {
     },
 }
 
-impl GpuCatalogError {
-    /// A one-line hint for the user.
-    pub fn hint(&self) -> String {
-        "use a catalog id such as rtx-3090, a100-80gb, h100 (vramfit estimate --list-gpus) or a capacity such as 24GiB".to_string()
-    }
-}
-
 /// Every GPU in the catalog, sorted by id.
 pub fn catalog() -> Vec<Gpu> {
     // The data file is compiled in and guarded by the tests below, so parsing cannot fail at

@@ -1,19 +1,20 @@
 //! The model of GPU memory during PyTorch training.
+#![deny(missing_docs)]
 //!
 //! Strings and bytes in, values out: this crate performs no I/O and never prints. The binary
 //! reads files and the environment; everything here is a pure function of its arguments.
 //!
-//! * [`units`] — [`Bytes`] and [`DType`], checked byte arithmetic; [`count`] — `1B`, `7e9`.
+//! * [`units`] — [`Bytes`] and [`DType`], checked byte arithmetic; [`parse_count`] — `1B`, `7e9`.
 //! * [`setup`] — [`TrainSetup`]: batch, sequence, precision, optimizer, attention, checkpointing.
 //! * [`gpu`] — the GPU catalog (data file `data/gpus.json`).
-//! * [`hf_config`] and [`model`] — `config.json` → [`ModelSpec`]; [`catalog`] — built-in models.
-//! * [`estimate()`] — the simulated training step: a stream of allocations and frees
-//!   (`timeline`, `graph`, `step`, `optim`) whose peak, phase and breakdown are reported.
+//! * [`hf_config`] and [`model`] — `config.json` → [`ModelSpec`]; [`catalog`] — built-in models;
+//!   [`layout`] — every parameter and buffer of a model, declared once.
+//! * [`Device`] — a device's mechanisms as data (CUDA, the CPU oracle).
+//! * [`estimate()`] / [`estimate_on`] — the simulated training step: a stream of allocations
+//!   and frees (`timeline`, `graph`, `step`, `optim`) whose peak, phase and breakdown are
+//!   reported, with typed [`Warning`]s.
 
 pub mod catalog;
-pub mod count;
-pub mod device;
-pub mod estimate;
 pub mod gpu;
 pub mod hf_config;
 pub mod layout;
@@ -23,16 +24,20 @@ pub mod oracle_case;
 pub mod setup;
 pub mod units;
 
+mod count;
+mod device;
+mod estimate;
 mod graph;
 mod optim;
 mod step;
 mod timeline;
+mod warning;
 
 pub use count::parse_count;
 pub use device::{AutocastFp32Ops, Device, SdpaPolicy};
 pub use estimate::{
-    Components, Estimate, EstimateError, ModelStates, PhasePeaks, estimate, estimate_on,
-    estimate_timeline, max_micro_batch, model_states_for_params,
+    Components, Estimate, EstimateError, MAX_GRAD_ACCUM, MAX_MICRO_BATCH, MAX_SEQ_LEN, ModelStates,
+    PhasePeaks, estimate, estimate_on, estimate_timeline, max_micro_batch, model_states_for_params,
 };
 pub use gpu::{Gpu, GpuCatalogError};
 pub use model::{Architecture, ConfigError, ModelSpec};
@@ -41,3 +46,4 @@ pub use setup::{
 };
 pub use timeline::{Component, Phase, StepTimeline, TimelinePoint};
 pub use units::{Bytes, DType, Overflow};
+pub use warning::Warning;

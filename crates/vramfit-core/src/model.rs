@@ -328,30 +328,6 @@ pub enum ConfigError {
     Overflow,
 }
 
-impl ConfigError {
-    /// A one-line hint for the user.
-    pub fn hint(&self) -> String {
-        match self {
-            ConfigError::Json { .. } | ConfigError::NotAnObject | ConfigError::TooLarge { .. } => {
-                "pass the model's config.json (the small JSON file next to the weights), or a catalog name such as llama-3.1-8b".into()
-            }
-            ConfigError::UnknownArchitecture { .. } => {
-                "estimate a similar supported architecture, or use --params for model states only".into()
-            }
-            ConfigError::Missing { field } => {
-                format!("add '{field}' to config.json (see the model card's config on the Hugging Face Hub)")
-            }
-            ConfigError::WrongType { field, .. }
-            | ConfigError::OutOfRange { field, .. }
-            | ConfigError::NotDivisible { field, .. }
-            | ConfigError::UnknownActivation { field, .. } => {
-                format!("check '{field}' against the model's published config.json")
-            }
-            ConfigError::Overflow => "check the sizes in config.json; no real model is this large".into(),
-        }
-    }
-}
-
 const MAX_VOCAB: u64 = 1 << 24;
 const MAX_HIDDEN: u64 = 1 << 18;
 const MAX_LAYERS: u64 = 4096;

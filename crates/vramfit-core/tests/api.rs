@@ -2,8 +2,8 @@
 //! numbers come out, and the searches behave.
 
 use vramfit_core::{
-    Bytes, DType, EstimateError, ModelSpec, Optimizer, Phase, Precision, TrainSetup, catalog,
-    estimate, max_micro_batch, model_states_for_params, parse_count,
+    Bytes, DType, EstimateError, ModelSpec, Optimizer, Phase, Precision, TrainSetup, Warning,
+    catalog, estimate, max_micro_batch, model_states_for_params, parse_count,
 };
 
 fn spec(name: &str) -> ModelSpec {
@@ -15,8 +15,7 @@ fn check_config_error(json: &str, expected: &str) {
     let err = ModelSpec::from_hf_config(json).expect_err("must be rejected");
     let message = err.to_string();
     assert_eq!(message, expected);
-    assert!(!message.contains('\n') && !err.hint().contains('\n'));
-    assert!(!err.hint().is_empty());
+    assert!(!message.contains('\n'));
 }
 
 const LLAMA: &str = r#"{"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
@@ -167,10 +166,13 @@ fn the_step_has_a_peak_phase_and_consistent_breakdown() {
     let e = estimate(&spec("llama-3.2-1b"), &TrainSetup::default()).unwrap();
     assert_eq!(e.components_at_peak.total(), e.peak_allocated);
     assert!(e.model_states < e.peak_allocated);
-    assert!(matches!(
-        e.peak_phase,
-        Phase::Forward | Phase::Loss | Phase::Backward | Phase::OptimizerStep
-    ));
+    // The peak falls in the phase whose own peak it is.
+    let (_, in_phase) =
+        e.phase_peaks.entries().into_iter().find(|(n, _)| *n == e.peak_phase.name()).unwrap();
+    assert_eq!(in_phase, e.peak_allocated);
+    // One sequence of 512 tokens: the optimizer step's foreach temporaries (an fp32 copy of
+    // every parameter) outweigh the activations.
+    assert_eq!(e.peak_phase, Phase::OptimizerStep);
     let pp = e.phase_peaks;
     let max = pp.forward.max(pp.loss).max(pp.backward).max(pp.optimizer_step);
     assert_eq!(max, e.peak_allocated);
@@ -194,11 +196,11 @@ fn max_micro_batch_is_the_largest_that_fits() {
 fn warnings_name_the_caveats() {
     let s = spec("gpt2");
     let fp16 = TrainSetup { precision: Precision::Fp16Mixed, ..TrainSetup::default() };
-    assert!(estimate(&s, &fp16).unwrap().warnings.iter().any(|w| w.contains("GradScaler")));
+    assert_eq!(estimate(&s, &fp16).unwrap().warnings, [Warning::Fp16NeedsGradScaler]);
     let long = TrainSetup { seq_len: 4096, ..TrainSetup::default() };
-    assert!(
-        estimate(&s, &long).unwrap().warnings.iter().any(|w| w.contains("1024 learned positions"))
-    );
+    let w = estimate(&s, &long).unwrap().warnings;
+    assert_eq!(w, [Warning::SequenceBeyondPositions { seq_len: 4096, max_positions: 1024 }]);
+    assert!(w[0].to_string().contains("1024 learned positions"));
 }
 
 #[test]

@@ -10,6 +10,7 @@
 
 mod commands;
 mod failure;
+mod hints;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -4,6 +4,7 @@
 //! `vramfit_doctor`, and prints the text report or JSON. Exit code 0 when a diagnosis was
 //! made, 2 when an input holds nothing to diagnose or cannot be read.
 
+use crate::hints::Hint as _;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Seek, Write};
 use std::path::PathBuf;

@@ -111,7 +111,14 @@ pub fn read_response(stream: &mut TcpStream) -> Response {
     let mut raw = Vec::new();
     let mut buf = [0u8; 64 * 1024];
     let mut fill = |raw: &mut Vec<u8>| -> bool {
-        let n = stream.read(&mut buf).expect("a response before the timeout");
+        // A signal delivered to the test process (a child of another test exiting) can
+        // interrupt the read: try again, as `read_to_end` does.
+        let n = loop {
+            match stream.read(&mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => break other.expect("a response before the timeout"),
+            }
+        };
         raw.extend_from_slice(&buf[..n]);
         n > 0
     };

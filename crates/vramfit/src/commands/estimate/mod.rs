@@ -5,6 +5,7 @@ mod setup_args;
 pub mod svg;
 mod text;
 
+use crate::hints::Hint as _;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -204,7 +205,7 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
                 vramfit_core::estimate(&spec, &setup).map(|e| (e, None))
             }
             .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
-            warnings.extend(estimate.warnings.iter().cloned());
+            warnings.extend(estimate.warnings.iter().map(crate::hints::warning));
             let verdict = match gpu {
                 Some(g) => {
                     let capacity = g.cuda_visible().saturating_sub(context);

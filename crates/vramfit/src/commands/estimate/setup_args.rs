@@ -1,5 +1,6 @@
 //! The flags that describe a model and a training setup, shared by `estimate` and `doctor`.
 
+use crate::hints::Hint as _;
 use std::path::Path;
 
 use vramfit_core::gpu::{self, DEFAULT_CUDA_CONTEXT, GpuChoice};

@@ -1,0 +1,102 @@
+//! [`Warning`]: what the user of an estimate should know, as values a caller (the CLI, a
+//! planner) can act on. The text says what happens in PyTorch; it names no command-line flag.
+
+use std::fmt;
+
+use serde::{Serialize, Serializer};
+
+use crate::model::{ModelSpec, Positions};
+use crate::setup::{Attention, Optimizer, Precision, TrainSetup};
+
+/// One caveat of an estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Warning {
+    /// fp16 autocast needs a `GradScaler`.
+    Fp16NeedsGradScaler,
+    /// Flash attention was asked for with fp32 inputs.
+    FlashNeeds16Bit,
+    /// Soft-capped attention scores keep SDPA on its math kernel.
+    SoftcapForcesMathSdpa,
+    /// The sequence is longer than the model's learned position table.
+    SequenceBeyondPositions {
+        /// The sequence length asked for.
+        seq_len: u64,
+        /// Rows of the position table.
+        max_positions: u64,
+    },
+    /// bitsandbytes' 8-bit optimizers ignore a requested state dtype.
+    StateDtypeIgnored,
+    /// A paged optimizer's large states live in managed memory, outside the count.
+    PagedStateOutsideAllocator,
+    /// Pure bf16 with torch Adam keeps bf16 state.
+    PureBf16AdamState,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Warning::Fp16NeedsGradScaler => f.write_str(
+                "fp16-mixed needs torch.amp.GradScaler to avoid gradient underflow; bf16-mixed does not",
+            ),
+            Warning::FlashNeeds16Bit => f.write_str(
+                "flash attention needs fp16 or bf16 inputs; with fp32 PyTorch falls back to another kernel",
+            ),
+            Warning::SoftcapForcesMathSdpa => f.write_str(
+                "gemma2's attention softcapping is not supported by SDPA's fused kernels; the math path runs",
+            ),
+            Warning::SequenceBeyondPositions { seq_len, max_positions } => write!(
+                f,
+                "seq-len {seq_len} exceeds the model's {max_positions} learned positions; the model cannot run it"
+            ),
+            Warning::StateDtypeIgnored => f.write_str(
+                "bitsandbytes 8-bit optimizers keep uint8 state; the requested optimizer state dtype is ignored",
+            ),
+            Warning::PagedStateOutsideAllocator => f.write_str(
+                "paged-adamw-8bit keeps large state tensors in managed memory, outside the allocator's count",
+            ),
+            Warning::PureBf16AdamState => f.write_str(
+                "pure bf16 with torch Adam keeps bf16 optimizer states (no fp32 master copy)",
+            ),
+        }
+    }
+}
+
+impl Serialize for Warning {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// The caveats of estimating `setup` on `spec`.
+pub(crate) fn warnings(spec: &ModelSpec, setup: &TrainSetup) -> Vec<Warning> {
+    let mut w = Vec::new();
+    if setup.precision == Precision::Fp16Mixed {
+        w.push(Warning::Fp16NeedsGradScaler);
+    }
+    if setup.attention == Attention::Flash && setup.precision == Precision::Fp32 {
+        w.push(Warning::FlashNeeds16Bit);
+    }
+    if setup.attention == Attention::Sdpa && spec.attn_softcap.is_some() {
+        w.push(Warning::SoftcapForcesMathSdpa);
+    }
+    if let Positions::Learned { max_positions, .. } = spec.positions
+        && setup.seq_len > max_positions
+    {
+        w.push(Warning::SequenceBeyondPositions { seq_len: setup.seq_len, max_positions });
+    }
+    let eight_bit = matches!(setup.optimizer, Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit);
+    if eight_bit && setup.optimizer_state_dtype.is_some() {
+        w.push(Warning::StateDtypeIgnored);
+    }
+    if setup.optimizer == Optimizer::PagedAdamw8bit {
+        w.push(Warning::PagedStateOutsideAllocator);
+    }
+    if setup.precision == Precision::Bf16
+        && matches!(setup.optimizer, Optimizer::Adam | Optimizer::Adamw)
+        && setup.optimizer_state_dtype.is_none()
+    {
+        w.push(Warning::PureBf16AdamState);
+    }
+    w
+}

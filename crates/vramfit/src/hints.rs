@@ -1,0 +1,92 @@
+//! The hints printed under an error, and the wording of warnings that name a flag: the
+//! command line is the binary's, so the core's errors and warnings carry no flag names and
+//! the words that point at flags live here.
+
+use vramfit_core::gpu::GpuCatalogError;
+use vramfit_core::{ConfigError, EstimateError, Warning};
+
+/// A one-line hint for an error.
+pub trait Hint {
+    /// What to do about it, naming the flag or file to change.
+    fn hint(&self) -> String;
+}
+
+impl Hint for EstimateError {
+    fn hint(&self) -> String {
+        match self {
+            EstimateError::OutOfRange { field, .. } => {
+                format!("pass a positive, realistic --{field}")
+            }
+            EstimateError::Overflow => "reduce --batch or --seq-len; no GPU holds this".into(),
+            EstimateError::NoParameters => "pass a positive count such as --params 1B".into(),
+        }
+    }
+}
+
+impl Hint for ConfigError {
+    fn hint(&self) -> String {
+        match self {
+            ConfigError::Json { .. } | ConfigError::NotAnObject | ConfigError::TooLarge { .. } => {
+                "pass the model's config.json (the small JSON file next to the weights), or a catalog name such as llama-3.1-8b".into()
+            }
+            ConfigError::UnknownArchitecture { .. } => {
+                "estimate a similar supported architecture, or use --params for model states only".into()
+            }
+            ConfigError::Missing { field } => {
+                format!("add '{field}' to config.json (see the model card's config on the Hugging Face Hub)")
+            }
+            ConfigError::WrongType { field, .. }
+            | ConfigError::OutOfRange { field, .. }
+            | ConfigError::NotDivisible { field, .. }
+            | ConfigError::UnknownActivation { field, .. } => {
+                format!("check '{field}' against the model's published config.json")
+            }
+            ConfigError::Overflow => "check the sizes in config.json; no real model is this large".into(),
+        }
+    }
+}
+
+impl Hint for GpuCatalogError {
+    fn hint(&self) -> String {
+        "use a catalog id such as rtx-3090, a100-80gb, h100 (vramfit estimate --list-gpus) or a capacity such as 24GiB".to_string()
+    }
+}
+
+/// A warning as the command line says it.
+pub fn warning(w: &Warning) -> String {
+    match w {
+        Warning::StateDtypeIgnored => {
+            "bitsandbytes 8-bit optimizers keep uint8 state; --optimizer-state-dtype is ignored"
+                .into()
+        }
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every core error the CLI can print has a hint that is one line.
+    #[test]
+    fn hints_are_one_line() {
+        let errors: Vec<Box<dyn Hint>> = vec![
+            Box::new(EstimateError::Overflow),
+            Box::new(EstimateError::NoParameters),
+            Box::new(EstimateError::OutOfRange { field: "batch", value: 0, max: 1 }),
+            Box::new(ConfigError::NotAnObject),
+            Box::new(ConfigError::Missing { field: "vocab_size" }),
+            Box::new(ConfigError::Overflow),
+        ];
+        for e in errors {
+            let h = e.hint();
+            assert!(!h.is_empty() && !h.contains('\n'), "{h}");
+        }
+    }
+
+    #[test]
+    fn the_state_dtype_warning_names_the_flag() {
+        assert!(warning(&Warning::StateDtypeIgnored).contains("--optimizer-state-dtype"));
+        assert!(!Warning::StateDtypeIgnored.to_string().contains("--"));
+    }
+}
