@@ -186,7 +186,7 @@ fn line(case: &Case, spec: &ModelSpec) -> String {
 /// Every case's line, computed on all cores.
 fn lines() -> Vec<String> {
     let cases = cases();
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let threads = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
     let chunk = cases.len().div_ceil(threads);
     std::thread::scope(|scope| {
         let handles: Vec<_> = cases

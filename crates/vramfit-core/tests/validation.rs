@@ -77,7 +77,7 @@ fn summarize(rows: &[Row]) -> Summary {
     } else if abs.len() % 2 == 1 {
         abs[abs.len() / 2]
     } else {
-        (abs[abs.len() / 2 - 1] + abs[abs.len() / 2]) / 2.0
+        f64::midpoint(abs[abs.len() / 2 - 1], abs[abs.len() / 2])
     };
     let worst_row =
         rows.iter().max_by(|a, b| a.error_percent().abs().total_cmp(&b.error_percent().abs()));

@@ -167,9 +167,8 @@ fn estimate_report(body: &Map<String, Value>, chart: bool) -> Result<estimate::R
         (Some(Value::String(name)), None) => ModelSource::builtin(name)?,
         (Some(_), None) => return Err(bad_field("model", "a built-in model's name")),
         (None, Some(Value::Object(file))) => {
-            let text = match file.get("text") {
-                Some(Value::String(text)) => text,
-                _ => return Err(bad_field("config.text", "the text of a config.json")),
+            let Some(Value::String(text)) = file.get("text") else {
+                return Err(bad_field("config.text", "the text of a config.json"));
             };
             let name = match file.get("name") {
                 Some(Value::String(name)) if !name.is_empty() => name.clone(),

@@ -115,7 +115,7 @@ pub fn read_response(stream: &mut TcpStream) -> Response {
         // interrupt the read: try again, as `read_to_end` does.
         let n = loop {
             match stream.read(&mut buf) {
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 other => break other.expect("a response before the timeout"),
             }
         };

@@ -189,10 +189,10 @@ fn lint_body_is_the_cli_json() {
 /// Status codes and JSON errors, each checked on a live server.
 #[test]
 fn bad_requests_get_a_status_and_a_json_error() {
+    type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)], &'a [u8], u16, &'a str);
     let served = Served::start();
     let addr = served.addr;
     let json_type = [("Content-Type", "application/json")];
-    type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)], &'a [u8], u16, &'a str);
     let cases: Vec<Case> = vec![
         ("GET", "/nope", &[], b"", 404, "no such page: /nope"),
         ("GET", "/api/estimate", &[], b"", 405, "method not allowed here"),

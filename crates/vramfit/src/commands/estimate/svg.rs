@@ -84,7 +84,7 @@ pub fn write(out: &mut impl Write, chart: &Chart<'_>) -> io::Result<()> {
             writeln!(
                 out,
                 r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#777">{}</text>"##,
-                (x0 + x1) / 2.0,
+                f64::midpoint(x0, x1),
                 TOP + 14.0,
                 phase.name().replace('_', " ")
             )?;
