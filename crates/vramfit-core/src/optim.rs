@@ -138,52 +138,39 @@ impl OptimizerRun {
             .unwrap_or(0)
             .checked_mul(state_size)
             .ok_or(Overflow)?;
-        // Foreach temporaries, one list at a time.
-        let temp: u64 = match self.opt {
-            // exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs): one per parameter.
-            Optimizer::Adam | Optimizer::Adamw => self
-                .params
+        let sizes = |matrices: Option<bool>| -> Result<Vec<u64>, Overflow> {
+            self.params
                 .iter()
-                .try_fold(0u64, |a, p| {
-                    p.numel.checked_mul(state_size).and_then(|b| a.checked_add(b))
-                })
-                .ok_or(Overflow)?,
-            // var_estimates = row_var @ col_var for every matrix (grad dtype).
-            Optimizer::Adafactor => {
-                let mut matrices = 0u64;
-                let mut vectors = 0u64;
-                for &Stepped { numel: n, matrix } in &self.params {
-                    if matrix.is_some() {
-                        matrices = n
-                            .checked_mul(state_size)
-                            .and_then(|b| matrices.checked_add(b))
-                            .ok_or(Overflow)?;
-                    } else {
-                        vectors = n
-                            .checked_mul(state_size)
-                            .and_then(|b| vectors.checked_add(b))
-                            .ok_or(Overflow)?;
-                    }
-                }
-                matrices.max(vectors)
-            }
-            // lion-pytorch: one update tensor at a time.
-            Optimizer::Lion => largest,
-            _ => 0,
+                .filter(|p| matrices.is_none_or(|m| p.matrix.is_some() == m))
+                .map(|p| p.numel.checked_mul(state_size).ok_or(Overflow))
+                .collect()
         };
-        let temp = match (self.implementation, self.opt) {
-            (OptimizerImpl::Fused, _) => 0,
+        let total = |list: &[u64]| list.iter().try_fold(0u64, |a, &b| a.checked_add(b));
+        // The temporaries alive at once: PyTorch allocates each separately (so each is rounded
+        // to the allocator's blocks), all of a list before any is freed.
+        let temporaries: Vec<u64> = match (self.implementation, self.opt) {
+            (OptimizerImpl::Fused, _) => Vec::new(),
+            // exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs): one per parameter.
+            (OptimizerImpl::Foreach, Optimizer::Adam | Optimizer::Adamw) => sizes(None)?,
+            // var_estimates = row_var @ col_var for every matrix (grad dtype), one list at a
+            // time: the matrices', then the vectors'.
+            (OptimizerImpl::Foreach, Optimizer::Adafactor) => {
+                let (matrices, vectors) = (sizes(Some(true))?, sizes(Some(false))?);
+                if total(&matrices) >= total(&vectors) { matrices } else { vectors }
+            }
             // Single-tensor Adam: `exp_avg_sq.sqrt() / bias_correction2_sqrt` holds two
             // temporaries of one parameter at once.
-            (OptimizerImpl::ForLoop, Optimizer::Adam | Optimizer::Adamw) => {
-                largest.checked_mul(2).ok_or(Overflow)?
-            }
-            (OptimizerImpl::ForLoop, Optimizer::Adafactor) => largest,
-            (OptimizerImpl::ForLoop, _) => temp.min(largest),
-            (OptimizerImpl::Foreach, _) => temp,
+            (OptimizerImpl::ForLoop, Optimizer::Adam | Optimizer::Adamw) => vec![largest, largest],
+            // lion-pytorch: one update tensor at a time; single-tensor Adafactor likewise.
+            (_, Optimizer::Lion) | (OptimizerImpl::ForLoop, Optimizer::Adafactor) => vec![largest],
+            (_, Optimizer::Sgd | Optimizer::SgdMomentum)
+            | (_, Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit) => Vec::new(),
         };
-        if temp > 0 {
-            let t = g.tl.alloc(Component::Temporaries, temp)?;
+        let mut alive = Vec::with_capacity(temporaries.len());
+        for bytes in temporaries.into_iter().filter(|&b| b > 0) {
+            alive.push(g.tl.alloc(Component::Temporaries, bytes)?);
+        }
+        for t in alive {
             g.tl.release(t);
         }
         Ok(())
