@@ -163,8 +163,13 @@ impl OptimizerRun {
             (OptimizerImpl::ForLoop, Optimizer::Adam | Optimizer::Adamw) => vec![largest, largest],
             // lion-pytorch: one update tensor at a time; single-tensor Adafactor likewise.
             (_, Optimizer::Lion) | (OptimizerImpl::ForLoop, Optimizer::Adafactor) => vec![largest],
-            (_, Optimizer::Sgd | Optimizer::SgdMomentum)
-            | (_, Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit) => Vec::new(),
+            (
+                _,
+                Optimizer::Sgd
+                | Optimizer::SgdMomentum
+                | Optimizer::Adamw8bit
+                | Optimizer::PagedAdamw8bit,
+            ) => Vec::new(),
         };
         let mut alive = Vec::with_capacity(temporaries.len());
         for bytes in temporaries.into_iter().filter(|&b| b > 0) {
