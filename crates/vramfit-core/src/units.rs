@@ -60,26 +60,6 @@ impl Bytes {
     pub fn mib(self) -> f64 {
         self.0 as f64 / Self::MIB as f64
     }
-
-    /// Whole GiB (`n << 30`), or [`Overflow`].
-    pub fn from_gib(n: u64) -> Result<Bytes, Overflow> {
-        n.checked_mul(Self::GIB).map(Bytes).ok_or(Overflow)
-    }
-
-    /// Whole MiB (`n << 20`), or [`Overflow`].
-    pub fn from_mib(n: u64) -> Result<Bytes, Overflow> {
-        n.checked_mul(Self::MIB).map(Bytes).ok_or(Overflow)
-    }
-}
-
-/// `elements × bytes per element`, checked.
-pub fn bytes_of(elements: u64, dtype: DType) -> Result<Bytes, Overflow> {
-    elements.checked_mul(dtype.size()).map(Bytes).ok_or(Overflow)
-}
-
-/// Multiplies a list of dimensions, checked.
-pub fn numel(dims: &[u64]) -> Result<u64, Overflow> {
-    dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d).ok_or(Overflow))
 }
 
 impl fmt::Display for Bytes {
@@ -231,7 +211,5 @@ mod tests {
     fn arithmetic_is_checked() {
         assert_eq!(Bytes(u64::MAX).checked_add(Bytes(1)), Err(Overflow));
         assert_eq!(Bytes(u64::MAX / 2).checked_mul(3), Err(Overflow));
-        assert_eq!(numel(&[1 << 40, 1 << 30]), Err(Overflow));
-        assert_eq!(bytes_of(10, DType::Bf16), Ok(Bytes(20)));
     }
 }
