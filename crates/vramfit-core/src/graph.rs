@@ -227,10 +227,14 @@ impl<'o> Graph<'o> {
     pub(crate) fn record(&mut self, outputs: &[Tid], saved: &[Tid], mut grads: Vec<Grad>) {
         let [output] = outputs else { panic!("an op records exactly one output") };
         let output = *output;
-        grads.retain(|grad| match *grad {
-            Grad::New(t, _) | Grad::Pass(t) => self.requires_grad(t),
-            Grad::Param(p, _) | Grad::ParamCast(p, _) => self.params[p.0].trains,
-        });
+        let needed = |graph: &Graph<'o>, grad: &Grad| match *grad {
+            Grad::New(t, _) | Grad::Pass(t) => graph.requires_grad(t),
+            Grad::Param(p, _) | Grad::ParamCast(p, _) => graph.params[p.0].trains,
+        };
+        // Usually every input needs its gradient: check before moving anything.
+        if !grads.iter().all(|grad| needed(self, grad)) {
+            grads.retain(|grad| needed(self, grad));
+        }
         if grads.is_empty() {
             return;
         }
