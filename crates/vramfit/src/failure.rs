@@ -9,6 +9,8 @@ pub enum Outcome {
     Success,
     /// Exit code 1: a negative verdict ("does not fit", "findings"), not an error.
     Negative,
+    /// The exit code of a command vramfit ran (`vramfit measure -- CMD`), passed through.
+    Child(u8),
 }
 
 /// An error for the user: one `error:` line and an optional `hint:` line, exit code 2.
@@ -35,6 +37,16 @@ impl Failure {
     pub fn hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
         self
+    }
+
+    /// The same message as a warning, for an error that must not discard a finished run:
+    /// `warning: ...` and the hint line.
+    pub fn as_warning(&self) -> String {
+        let mut text = format!("warning: {}\n", self.message.replace('\n', " "));
+        if let Some(hint) = &self.hint {
+            text.push_str(&format!("hint: {}\n", hint.replace('\n', " ")));
+        }
+        text
     }
 
     /// Writing to stdout failed because the reader went away (`vramfit ... | head`): not an error.

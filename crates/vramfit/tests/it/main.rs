@@ -4,3 +4,4 @@ mod cli;
 mod doctor;
 mod estimate;
 mod lint;
+mod measure;

@@ -3,7 +3,7 @@
 mod json;
 mod setup_args;
 mod svg;
-mod text;
+pub(crate) mod text;
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
