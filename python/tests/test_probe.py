@@ -6,6 +6,7 @@ Run with the installed package: `python -m unittest discover -s python/tests`.
 
 import json
 import os
+import subprocess
 import tempfile
 import unittest
 from contextlib import redirect_stderr
@@ -132,6 +133,75 @@ class Recording(unittest.TestCase):
         self.assertEqual(lines[0]["setup"]["seq_len"], 16)
         self.assertEqual([r["type"] for r in lines], ["header", "phase", "phase", "step"])
         self.assertEqual(lines[-1]["max_allocated_bytes"], 9)
+
+
+class Callbacks(unittest.TestCase):
+    def test_hf_callback_records_the_trainer_setup(self):
+        class Args:
+            per_device_train_batch_size = 4
+            gradient_accumulation_steps = 2
+            bf16 = True
+            fp16 = False
+            gradient_checkpointing = False
+            optim = "adamw_torch"
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "run.jsonl")
+            model = torch.nn.Linear(8, 2)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            cb = vramfit.HFCallback(path, memory=RecordedMemory([5, 6, 7, 8]))
+            cb.on_train_begin(Args(), None, None, model=model, optimizer=optimizer)
+            train(model, optimizer, 1, cb.probe)
+            cb.on_train_end(Args(), None, None)
+            setup = read_lines(path)[0]["setup"]
+        self.assertEqual((setup["batch"], setup["grad_accum"], setup["precision"]), (4, 2, "bf16-mixed"))
+        self.assertEqual((setup["optimizer"], setup["optimizer_momentum"]), ("SGD", 0.9))
+
+    def test_lightning_callback_marks_its_phases(self):
+        class Trainer:
+            precision = "bf16-mixed"
+            world_size = 1
+            accumulate_grad_batches = 1
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "run.jsonl")
+            module = torch.nn.Linear(8, 2)
+            cb = vramfit.LightningCallback(path, memory=RecordedMemory([1, 3, 2, 1]))
+            cb.on_train_start(Trainer(), module)
+            cb.on_train_batch_start(Trainer(), module, None, 0)
+            cb.on_before_backward(Trainer(), module, None)
+            cb.on_before_optimizer_step(Trainer(), module, torch.optim.Adam(module.parameters()))
+            cb.on_train_batch_end(Trainer(), module, None, None, 0)
+            cb.on_train_end(Trainer(), module)
+            lines = read_lines(path)
+        self.assertEqual([r.get("phase") for r in lines[1:]], ["forward", "backward", "optimizer", None])
+        self.assertEqual(lines[0]["setup"]["precision"], "bf16-mixed")
+        self.assertEqual(lines[-1]["max_allocated_bytes"], 3)
+
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "crates", "vramfit-measure", "tests", "fixtures")
+
+
+class ReadByVramfit(unittest.TestCase):
+    def test_the_installed_vramfit_reads_what_the_probe_wrote(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "run.jsonl")
+            model = torch.nn.Linear(8, 2)
+            optimizer = torch.optim.AdamW(model.parameters())
+            memory = RecordedMemory([100, 300, 200, 50, 110, 310, 220, 60])
+            with vramfit.Probe(path, model=model, optimizer=optimizer, memory=memory) as p:
+                train(model, optimizer, 2, p)
+            trace = os.path.join(FIXTURES, "synthetic-gpt2.trace.jsonl")
+            out = subprocess.run(
+                [vramfit.find_vramfit_bin(), "measure", "--replay", trace, "--probe", path, "--format", "json"],
+                capture_output=True, text=True, check=True,
+            )
+        probe = json.loads(out.stdout)["probe"]
+        self.assertEqual(probe["steps"], 2)
+        self.assertEqual((probe["max_allocated_bytes"], probe["max_allocated_step"], probe["max_allocated_phase"]),
+                         (310, 1, "backward"))
+        self.assertEqual(probe["phase_max_allocated_bytes"], {"forward": 110, "backward": 310, "optimizer": 220})
+        self.assertEqual(probe["setup"]["optimizer"], "AdamW")
 
 
 if __name__ == "__main__":

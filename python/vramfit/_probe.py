@@ -18,6 +18,8 @@ length, precision, optimizer, checkpointing, number of GPUs).
 The file is ``path`` when given, else ``$VRAMFIT_PROBE`` (``vramfit measure`` sets it and merges
 the file into its report), else ``vramfit-probe.jsonl``.
 
+In a multi-process run (``RANK`` or ``LOCAL_RANK`` set), only rank 0 records.
+
 Without CUDA the probe says so once on stderr and records nothing (no file is written).
 The only dependency is torch, imported when a probe starts.
 """
@@ -64,8 +66,19 @@ class _CudaMemory:
         }
 
 
+def _other_rank():
+    """Whether this is a process of a multi-process run other than rank 0 (which records)."""
+    for name in ("RANK", "LOCAL_RANK"):
+        value = os.environ.get(name)
+        if value not in (None, "", "0"):
+            return True
+    return False
+
+
 def _cuda_memory():
     """The CUDA counters, or None (with one line on stderr) when there is no CUDA."""
+    if _other_rank():
+        return None
     try:
         import torch
     except ImportError:
@@ -108,6 +121,9 @@ def describe_model(model):
             setup["model_config"] = json.loads(json.dumps(config.to_dict(), default=str))
         except (TypeError, ValueError):
             pass
+    attention = getattr(config, "_attn_implementation", None) if config is not None else None
+    if isinstance(attention, str):
+        setup["attention"] = "flash" if attention.startswith("flash") else attention
     checkpointing = getattr(model, "is_gradient_checkpointing", None)
     if isinstance(checkpointing, bool):
         setup["checkpointing"] = "full" if checkpointing else "none"
@@ -119,6 +135,8 @@ def describe_optimizer(optimizer):
     inner = getattr(optimizer, "optimizer", optimizer)  # accelerate and Lightning wrap it
     setup = {"optimizer": type(inner).__name__}
     defaults = getattr(inner, "defaults", {}) or {}
+    if defaults.get("momentum"):
+        setup["optimizer_momentum"] = float(defaults["momentum"])
     if defaults.get("fused"):
         setup["optimizer_impl"] = "fused"
     elif defaults.get("foreach") is False:
@@ -354,10 +372,12 @@ def _lightning_base():
 
 
 class HFCallback(_hf_base()):
-    """A ``transformers.TrainerCallback`` that records every training step."""
+    """A ``transformers.TrainerCallback`` that records every training step.
 
-    def __init__(self, path=None):
-        self.probe = Probe(path if path is not None else default_path())
+    ``memory`` replaces the CUDA counters (the tests pass recorded ones)."""
+
+    def __init__(self, path=None, memory=None):
+        self.probe = Probe(path if path is not None else default_path(), memory=memory)
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         self.probe.start()
@@ -379,10 +399,12 @@ class HFCallback(_hf_base()):
 
 
 class LightningCallback(_lightning_base()):
-    """A Lightning ``Callback`` that records every training batch."""
+    """A Lightning ``Callback`` that records every training batch.
 
-    def __init__(self, path=None):
-        self.probe = Probe(path if path is not None else default_path())
+    ``memory`` replaces the CUDA counters (the tests pass recorded ones)."""
+
+    def __init__(self, path=None, memory=None):
+        self.probe = Probe(path if path is not None else default_path(), memory=memory)
 
     def on_train_start(self, trainer, pl_module):
         self.probe.start()

@@ -198,7 +198,10 @@ fn setup_from_probe(
     if args.optimizer == "adamw"
         && let Some(optimizer) = text(setup, "optimizer").and_then(optimizer)
     {
-        out.optimizer = optimizer.to_string();
+        let momentum = setup.get("optimizer_momentum").and_then(Value::as_f64).unwrap_or(0.0);
+        out.optimizer =
+            if optimizer == "sgd" && momentum > 0.0 { "sgd-momentum" } else { optimizer }
+                .to_string();
     }
     if args.optimizer_impl == "foreach"
         && let Some(implementation) = text(setup, "optimizer_impl")
