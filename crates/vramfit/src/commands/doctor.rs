@@ -86,6 +86,15 @@ enum Analysis {
     },
 }
 
+/// `--format json`: one shape for one input or many (`docs/schema/doctor.schema.json`).
+#[derive(Serialize)]
+struct DoctorJson<'a> {
+    /// Bumped when a key changes meaning or disappears; new keys do not bump it.
+    schema_version: u32,
+    /// One analysis per input, in the order given.
+    inputs: &'a [Analysis],
+}
+
 /// Runs `vramfit doctor`.
 pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
     let inputs = if args.files.is_empty() { vec![PathBuf::from("-")] } else { args.files.clone() };
@@ -113,10 +122,9 @@ pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
     }
     let mut out = io::stdout().lock();
     match args.format {
-        Format::Json => match analyses.as_slice() {
-            [one] => json::write(&mut out, one)?,
-            many => json::write(&mut out, &many)?,
-        },
+        Format::Json => {
+            json::write(&mut out, &DoctorJson { schema_version: 1, inputs: &analyses })?
+        }
         Format::Text => {
             for (i, analysis) in analyses.iter().enumerate() {
                 if i > 0 {

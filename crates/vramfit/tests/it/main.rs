@@ -5,3 +5,4 @@ mod doctor;
 mod estimate;
 mod lint;
 mod measure;
+mod schema;

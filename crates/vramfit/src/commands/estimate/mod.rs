@@ -1,6 +1,6 @@
 //! `vramfit estimate`: the peak memory of one training step, and whether it fits a GPU.
 
-mod json;
+pub(crate) mod json;
 mod setup_args;
 mod svg;
 pub(crate) mod text;

@@ -49,7 +49,7 @@ struct ProbeJson<'a> {
 #[derive(Serialize)]
 struct EstimateJson<'a> {
     model: &'a str,
-    setup: &'a vramfit_core::TrainSetup,
+    setup: serde_json::Value,
     setup_from_probe: bool,
     predicted_peak_bytes: Option<u64>,
     predicted_peak_phase: Option<&'a str>,
@@ -119,7 +119,7 @@ pub fn write(out: &mut dyn Write, report: &Report, with_timeline: bool) -> io::R
     });
     let estimate = report.comparison.as_ref().map(|c| EstimateJson {
         model: &c.model,
-        setup: &c.setup,
+        setup: crate::commands::estimate::json::setup_json(&c.setup),
         setup_from_probe: c.from_probe,
         predicted_peak_bytes: c.predicted_peak,
         predicted_peak_phase: c.predicted_phase,
