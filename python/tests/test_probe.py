@@ -119,6 +119,21 @@ class Recording(unittest.TestCase):
         self.assertEqual(steps, [(0, 300, 25), (1, 310, 30)])
         self.assertEqual(memory.resets, 6)
 
+    def test_autocast_dtype_is_recorded(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "run.jsonl")
+            model = torch.nn.Linear(8, 2)
+            optimizer = torch.optim.AdamW(model.parameters())
+            memory = RecordedMemory([1, 2, 3, 4])
+            with vramfit.Probe(path, model=model, optimizer=optimizer, memory=memory) as p:
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    loss = model(torch.randn(2, 8)).float().square().mean()
+                loss.backward()
+                optimizer.step()
+                p.step()
+            setup = read_lines(path)[0]["setup"]
+        self.assertEqual((setup["parameter_dtype"], setup["autocast_dtype"]), ("fp32", "bf16"))
+
     def test_phases_by_hand(self):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "run.jsonl")

@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import time
+import warnings
 
 FORMAT = "vramfit-probe"
 VERSION = 1
@@ -124,7 +125,11 @@ def describe_model(model):
     attention = getattr(config, "_attn_implementation", None) if config is not None else None
     if isinstance(attention, str):
         setup["attention"] = "flash" if attention.startswith("flash") else attention
-    checkpointing = getattr(model, "is_gradient_checkpointing", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # transformers 5 renames is_gradient_checkpointing
+        checkpointing = getattr(model, "is_activation_checkpointing", None)
+        if not isinstance(checkpointing, bool):
+            checkpointing = getattr(model, "is_gradient_checkpointing", None)
     if isinstance(checkpointing, bool):
         setup["checkpointing"] = "full" if checkpointing else "none"
     return setup
@@ -276,9 +281,10 @@ class Probe:
         try:
             import torch
 
-            if torch.is_autocast_enabled():
-                self.set_setup(autocast_dtype=_dtype_name(torch.get_autocast_gpu_dtype()))
-        except Exception:  # noqa: BLE001
+            device_type = next(module.parameters()).device.type
+            if torch.is_autocast_enabled(device_type):
+                self.set_setup(autocast_dtype=_dtype_name(torch.get_autocast_dtype(device_type)))
+        except Exception:  # noqa: BLE001 - older torch, a module without parameters
             pass
         self.begin_phase("forward")
         return None
