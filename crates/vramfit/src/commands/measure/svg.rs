@@ -20,6 +20,20 @@ const DEVICE: [&str; 4] = ["#4e79a7", "#76b7b2", "#59a14f", "#b07aa1"];
 const ALLOCATED: &str = "#e15759";
 const RESERVED: &str = "#f28e2b";
 
+/// Gridline spacings: sizes in MiB, times in seconds.
+const SIZE_STEPS_MIB: [f64; 16] = [
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 256.0, 512.0, 1024.0, 2048.0, 5120.0, 10240.0, 20480.0,
+    51200.0, 102_400.0,
+];
+const TIME_STEPS_S: [f64; 16] = [
+    0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
+/// The smallest step in `steps` (times `unit`) at least `at_least`, else the largest.
+fn nice_step(at_least: f64, steps: &[f64], unit: f64) -> f64 {
+    steps.iter().map(|s| s * unit).find(|s| *s >= at_least).unwrap_or(steps[steps.len() - 1] * unit)
+}
+
 fn esc(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
@@ -58,9 +72,13 @@ pub fn write(out: &mut dyn Write, report: &Report) -> io::Result<()> {
         m.samples.len(),
         m.interval_ms
     );
-    // Axes and gridlines: five bands of memory, five of time.
-    for i in 0..=5 {
-        let b = top_bytes / 1.1 * f64::from(i) / 5.0;
+    // Gridlines at round sizes and round times.
+    let size_step = nice_step(top_bytes / 1.1 / 5.0, &SIZE_STEPS_MIB, 1024.0 * 1024.0);
+    for i in 0.. {
+        let b = f64::from(i) * size_step;
+        if b > top_bytes {
+            break;
+        }
         let yy = y(b);
         let _ = writeln!(
             svg,
@@ -70,10 +88,23 @@ pub fn write(out: &mut dyn Write, report: &Report) -> io::Result<()> {
             yy + 4.0,
             Bytes(b as u64)
         );
-        let t = duration * f64::from(i) / 5.0;
+    }
+    let time_step = nice_step(duration / 6.0, &TIME_STEPS_S, 1.0);
+    let decimals = if time_step >= 1.0 {
+        0
+    } else if time_step >= 0.1 {
+        1
+    } else {
+        2
+    };
+    for i in 0.. {
+        let t = f64::from(i) * time_step;
+        if t > duration + 1e-9 {
+            break;
+        }
         let _ = writeln!(
             svg,
-            r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#555">{t:.1} s</text>"##,
+            r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#555">{t:.decimals$} s</text>"##,
             x(t),
             TOP + plot_h + 18.0
         );
@@ -130,8 +161,8 @@ pub fn write(out: &mut dyn Write, report: &Report) -> io::Result<()> {
                 series.join(" ")
             );
         }
-        legend.push(("probe max_memory_allocated".into(), ALLOCATED.into(), ""));
-        legend.push(("probe max_memory_reserved".into(), RESERVED.into(), ""));
+        legend.push(("probe max allocated".into(), ALLOCATED.into(), ""));
+        legend.push(("probe max reserved".into(), RESERVED.into(), ""));
     }
     if let Some((peak, t)) = m.peak_total() {
         let _ = writeln!(
