@@ -2,7 +2,8 @@
 # The Python side as a user gets it: builds the wheel with maturin (the dev profile, reusing the
 # target dir `cargo test` built), installs it into a fresh virtual environment, runs the binary
 # (`vramfit --version`, one estimate, `python -m vramfit`), imports the probe, then installs
-# torch from PyPI and runs the probe's tests (python/tests) against real torch on the CPU.
+# torch, transformers and lightning from PyPI and runs the probe's tests (python/tests) against
+# them on the CPU.
 # VRAMFIT_WHEEL_PROFILE=release builds the wheel as it is published.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,8 @@ cd "$work"  # import the installed package, not the source tree
     | "$py" -c 'import json, sys; r = json.load(sys.stdin); assert r["peak_allocated_bytes"] > 0; print("estimate:", r["model"], r["peak_allocated_bytes"], "bytes")'
 "$py" -c 'import vramfit; print("probe:", vramfit.probe.__module__, vramfit.find_vramfit_bin())'
 
-"$py" -m pip install -q --disable-pip-version-check torch
+# torch for the probe; transformers, accelerate and lightning for its callbacks inside the real
+# trainers (python/tests/test_trainers.py).
+"$py" -m pip install -q --disable-pip-version-check torch transformers accelerate lightning
 "$py" -m unittest discover -s "$OLDPWD/python/tests" -v 2>&1
 echo "test-python: done in $((SECONDS - start)) s"

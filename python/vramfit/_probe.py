@@ -216,7 +216,7 @@ class Probe:
     # -- what a run tells the probe --------------------------------------------------------
 
     def set_setup(self, **setup):
-        """Adds to the setup in the header (before the first record is written)."""
+        """Adds to the setup in the header; what comes after the first record is too late."""
         for key, value in setup.items():
             if value is not None:
                 self._setup.setdefault(key, value)
@@ -420,6 +420,9 @@ class LightningCallback(_lightning_base()):
             grad_accum=getattr(trainer, "accumulate_grad_batches", None),
         )
         self.probe.set_setup(**describe_model(pl_module))
+        optimizers = getattr(trainer, "optimizers", None) or []
+        if optimizers:
+            self.probe.set_setup(**describe_optimizer(optimizers[0]))
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         self.probe.begin_phase("forward")
