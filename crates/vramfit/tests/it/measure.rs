@@ -141,6 +141,15 @@ fn no_gpu_ok_runs_the_command_and_passes_its_exit_code() {
 }
 
 #[test]
+fn ctrl_c_stops_the_command_not_vramfit() {
+    // The command sends SIGINT to vramfit (its parent), as Ctrl-C sends it to both, then exits
+    // on its own: vramfit is still there to pass its exit code on.
+    let script = "kill -INT $PPID; sleep 0.3; exit 5";
+    let output = measure().args(["--no-gpu-ok", "--", "sh", "-c", script]).output().unwrap();
+    assert_eq!(output.status.code(), Some(5));
+}
+
+#[test]
 fn a_signal_ends_with_128_plus_its_number() {
     let output = measure().args(["--no-gpu-ok", "--", "sh", "-c", "kill -9 $$"]).output().unwrap();
     assert_eq!(output.status.code(), Some(137));

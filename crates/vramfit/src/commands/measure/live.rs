@@ -55,3 +55,17 @@ pub fn line(sample: &Sample, peak: u64) -> String {
         Bytes(peak)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use vramfit_measure::Sample;
+    use vramfit_measure::measurement::DeviceSample;
+
+    #[test]
+    fn the_line_sums_devices_and_shows_the_peak() {
+        let device =
+            |index, command_bytes| DeviceSample { index, device_used_bytes: 0, command_bytes };
+        let sample = Sample { t_s: 12.34, devices: vec![device(0, 3 << 30), device(1, 1 << 29)] };
+        assert_eq!(super::line(&sample, 5 << 30), "measure 12.3 s · now 3.50 GiB · peak 5.00 GiB");
+    }
+}

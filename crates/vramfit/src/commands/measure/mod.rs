@@ -219,6 +219,11 @@ fn spawn(command: &[String], probe: Option<&Path>) -> Result<std::process::Child
     let Some((program, rest)) = command.split_first() else {
         return Err(Failure::new("measure needs a command to run"));
     };
+    // Ctrl-C reaches the command too (the same process group): it stops the training run,
+    // and vramfit outlives it to report what was measured and pass its exit code on.
+    if ctrlc::set_handler(|| {}).is_err() {
+        eprintln!("warning: cannot catch Ctrl-C: it will end vramfit before its report");
+    }
     let mut cmd = Command::new(program);
     cmd.args(rest).stdin(Stdio::inherit());
     if let Some(probe) = probe {
