@@ -110,6 +110,68 @@ fn the_traces_exit_code_is_passed_through() {
     assert_eq!(output.status.code(), Some(3));
 }
 
+/// The fake driver library built with the system's C compiler, or `None` (with a message)
+/// where there is none.
+fn fake_nvml(dir: &std::path::Path) -> Option<PathBuf> {
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/it/fake_nvml.c");
+    let lib = dir.join("libnvidia-ml-fake.so");
+    let built = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&lib)
+        .arg(&source)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !built {
+        eprintln!("skipped: no C compiler (cc) to build the fake NVML library");
+        return None;
+    }
+    Some(lib)
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_live_run_through_nvml_accounts_for_the_process_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(lib) = fake_nvml(dir.path()) else { return };
+    let procs = dir.path().join("procs.txt");
+    // pid 1 is another job on the card: never the command's. The command's shell, then a
+    // child of it, take memory; the probe file is written where VRAMFIT_PROBE points.
+    std::fs::write(&procs, "1 4294967296\n").unwrap();
+    let probe = fixtures().join(PROBE);
+    let script = format!(
+        "printf '1 4294967296\\n%s 1073741824\\n' $$ > {p}; sleep 0.3; \
+         sh -c 'printf \"1 4294967296\\n%s 1073741824\\n%s 2147483648\\n\" $PPID $$ > {p}; sleep 0.3'; \
+         cp {probe} \"$VRAMFIT_PROBE\"; echo trained; exit 3",
+        p = procs.display(),
+        probe = probe.display()
+    );
+    let output = measure()
+        .env("VRAMFIT_NVML_LIB", &lib)
+        .env("VRAMFIT_FAKE_NVML_PROCS", &procs)
+        .args(["--format", "json", "--interval-ms", "20", "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    // The command's stdout went to stderr: stdout is the report alone.
+    assert!(stderr.contains("trained"), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let device = &report["devices"][0];
+    assert_eq!(device["name"], "Fake NVML device");
+    assert_eq!(device["command_peak_bytes"], 3u64 << 30, "{report}");
+    assert_eq!(device["device_peak_used_bytes"], (7u64 << 30) + (100 << 20));
+    let pids: Vec<u64> = report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2, "{report}");
+    assert!(!pids.contains(&1));
+    assert_eq!(report["exit_code"], 3);
+    assert_eq!(report["probe"]["steps"], 5);
+}
+
 #[test]
 fn without_nvml_the_command_is_not_started() {
     let dir = tempfile::tempdir().unwrap();

@@ -63,7 +63,8 @@ pub struct MeasureArgs {
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
 
-    /// Output format of the report on stdout.
+    /// Output format of the report on stdout (with json, the command's own stdout goes to
+    /// stderr, so stdout is the report alone).
     #[arg(long, value_enum, default_value_t = crate::commands::estimate::Format::Text)]
     pub format: crate::commands::estimate::Format,
 
@@ -203,7 +204,9 @@ fn start_live(args: &MeasureArgs, probe: &Path) -> Result<Option<Box<dyn Backend
     };
     let devices = source.devices().map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
     let started = Instant::now();
-    let child = spawn(&args.command, Some(probe))?;
+    // With --format json stdout is the report's alone: the command's stdout goes to stderr.
+    let json = args.format == crate::commands::estimate::Format::Json;
+    let child = spawn(&args.command, Some(probe), json)?;
     let run = vramfit_measure::live::LiveRun::new(
         child,
         args.command.clone(),
@@ -215,7 +218,11 @@ fn start_live(args: &MeasureArgs, probe: &Path) -> Result<Option<Box<dyn Backend
     Ok(Some(Box::new(run)))
 }
 
-fn spawn(command: &[String], probe: Option<&Path>) -> Result<std::process::Child, Failure> {
+fn spawn(
+    command: &[String],
+    probe: Option<&Path>,
+    stdout_to_stderr: bool,
+) -> Result<std::process::Child, Failure> {
     let Some((program, rest)) = command.split_first() else {
         return Err(Failure::new("measure needs a command to run"));
     };
@@ -226,6 +233,9 @@ fn spawn(command: &[String], probe: Option<&Path>) -> Result<std::process::Child
     }
     let mut cmd = Command::new(program);
     cmd.args(rest).stdin(Stdio::inherit());
+    if stdout_to_stderr {
+        cmd.stdout(Stdio::from(std::io::stderr()));
+    }
     if let Some(probe) = probe {
         cmd.env("VRAMFIT_PROBE", probe);
     }
@@ -239,7 +249,7 @@ fn spawn(command: &[String], probe: Option<&Path>) -> Result<std::process::Child
 
 /// `--no-gpu-ok` without a GPU: the command runs, its exit code is passed through.
 fn run_unmeasured(command: &[String]) -> Result<Outcome, Failure> {
-    let mut child = spawn(command, None)?;
+    let mut child = spawn(command, None, false)?;
     let status = child.wait()?;
     Ok(Outcome::Child(exit_byte(vramfit_measure::live::exit_code(status))))
 }
