@@ -9,6 +9,8 @@ pub enum Outcome {
     Success,
     /// Exit code 1: a negative verdict ("does not fit", "findings"), not an error.
     Negative,
+    /// The exit code of a command vramfit ran (`vramfit measure -- CMD`), passed through.
+    Child(u8),
 }
 
 /// An error for the user: one `error:` line and an optional `hint:` line, exit code 2.
@@ -45,6 +47,16 @@ impl Failure {
     /// The `hint:` line's text, if any.
     pub fn hint_line(&self) -> Option<&str> {
         self.hint.as_deref()
+    }
+
+    /// The same message as a warning, for an error that must not discard a finished run:
+    /// `warning: ...` and the hint line.
+    pub fn as_warning(&self) -> String {
+        let mut text = format!("warning: {}\n", self.message.replace('\n', " "));
+        if let Some(hint) = &self.hint {
+            text.push_str(&format!("hint: {}\n", hint.replace('\n', " ")));
+        }
+        text
     }
 
     /// Writing to stdout failed because the reader went away (`vramfit ... | head`): not an error.

@@ -7,6 +7,8 @@
 //! * `1` — a negative result that is not an error ("does not fit", lint findings);
 //! * `2` — an error: bad input, unreadable file, unknown name. Printed as one `error:` line
 //!   and, where we can help, one `hint:` line, both on stderr.
+//!
+//! `vramfit measure -- CMD` is the exception: once the command ran, its exit code is vramfit's.
 
 mod commands;
 mod failure;
@@ -39,6 +41,13 @@ enum Command {
     Rule(commands::lint::RuleArgs),
     /// Serve a local web page that shows a training step's memory (127.0.0.1 only by default).
     Serve(commands::serve::ServeArgs),
+    /// Run a command and measure the GPU memory of its process tree (NVML), with the probe's
+    /// figures and the estimate beside it: `vramfit measure -- python train.py`.
+    Measure(Box<commands::measure::MeasureArgs>),
+    /// Print a shell completion script (bash, zsh, fish, powershell) on stdout.
+    Completions(commands::completions::CompletionsArgs),
+    /// Print the man page (roff) on stdout: `vramfit man > vramfit.1`.
+    Man,
 }
 
 fn main() -> ExitCode {
@@ -57,10 +66,14 @@ fn main() -> ExitCode {
         Command::Lint(args) => commands::lint::run(args),
         Command::Rule(args) => commands::lint::run_rule(args),
         Command::Serve(args) => commands::serve::run(args),
+        Command::Measure(args) => commands::measure::run(*args),
+        Command::Completions(args) => commands::completions::run(&args),
+        Command::Man => commands::completions::run_man(),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::Negative) => ExitCode::from(1),
+        Ok(Outcome::Child(code)) => ExitCode::from(code),
         Err(failure) => {
             let mut stderr = std::io::stderr().lock();
             if failure.is_broken_pipe() {

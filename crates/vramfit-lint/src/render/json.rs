@@ -1,4 +1,5 @@
-//! JSON output: an array of findings with Ruff's field names.
+//! JSON output: `{"schema_version": 1, "diagnostics": [...]}`, each finding with Ruff's field
+//! names (`docs/schema/lint.schema.json`).
 
 use std::io::{self, Write};
 
@@ -8,6 +9,15 @@ use super::{display_path, position, span};
 use crate::diagnostic::Applicability;
 use crate::files::FileReport;
 use crate::source::Position;
+
+/// Bumped when a key changes meaning or disappears; new keys do not bump it.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Serialize)]
+struct JsonDocument<'a> {
+    schema_version: u32,
+    diagnostics: Vec<JsonDiagnostic<'a>>,
+}
 
 #[derive(Serialize)]
 struct JsonDiagnostic<'a> {
@@ -66,6 +76,7 @@ pub fn write_json(out: &mut dyn Write, reports: &[FileReport]) -> io::Result<()>
             });
         }
     }
-    serde_json::to_writer_pretty(&mut *out, &items).map_err(io::Error::other)?;
+    let document = JsonDocument { schema_version: SCHEMA_VERSION, diagnostics: items };
+    serde_json::to_writer_pretty(&mut *out, &document).map_err(io::Error::other)?;
     writeln!(out)
 }

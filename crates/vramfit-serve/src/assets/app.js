@@ -189,7 +189,8 @@ async function diagnose() {
     out.replaceChildren(el("p", { class: "error", role: "alert" }, errorText(answer.payload)));
     return;
   }
-  const analyses = Array.isArray(answer.payload) ? answer.payload : [answer.payload];
+  // The doctor's JSON: {"schema_version", "inputs": [one analysis per input]}.
+  const analyses = answer.payload.inputs;
   const diagnoses = [];
   for (const a of analyses) {
     for (const m of a.messages || []) diagnoses.push(...m.diagnoses);
@@ -213,7 +214,8 @@ async function lint() {
     out.replaceChildren(el("p", { class: "error", role: "alert" }, errorText(answer.payload)));
     return;
   }
-  const findings = answer.payload;
+  // The linter's JSON: {"schema_version", "diagnostics": [...]}.
+  const findings = answer.payload.diagnostics;
   out.replaceChildren(
     el("p", {}, findings.length === 0 ? "No memory mistakes found." : `Found ${findings.length} problem${findings.length === 1 ? "" : "s"}.`),
     ...findings.map((f) => el("article", { class: "finding", "data-code": f.code },

@@ -87,6 +87,15 @@ pub enum Analysis {
     },
 }
 
+/// `--format json`: one shape for one input or many (`docs/schema/doctor.schema.json`).
+#[derive(Serialize)]
+struct DoctorJson<'a> {
+    /// Bumped when a key changes meaning or disappears; new keys do not bump it.
+    schema_version: u32,
+    /// One analysis per input, in the order given.
+    inputs: &'a [Analysis],
+}
+
 /// Runs `vramfit doctor`.
 pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
     let inputs = if args.files.is_empty() { vec![PathBuf::from("-")] } else { args.files.clone() };
@@ -145,10 +154,7 @@ pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
 
 /// What `--format json` prints: one object for one input, an array for several.
 pub fn write_json(out: &mut impl Write, analyses: &[Analysis]) -> io::Result<()> {
-    match analyses {
-        [one] => json::write(out, one),
-        many => json::write(out, &many),
-    }
+    json::write(out, &DoctorJson { schema_version: 1, inputs: analyses })
 }
 
 /// Diagnoses text held in memory (a pasted message, log, `memory_summary()` or

@@ -441,7 +441,7 @@ fn the_page_in_a_real_browser() {
     browser.click("#doctor-run");
     let ids = browser.wait_for("[...document.querySelectorAll('#doctor-output .diagnosis')].map((d) => d.dataset.id).join(' ')", "the diagnosis");
     let api = post(served.addr, "/api/doctor", &json!({"text": message})).json();
-    let api_ids: Vec<&str> = api["messages"][0]["diagnoses"]
+    let api_ids: Vec<&str> = api["inputs"][0]["messages"][0]["diagnoses"]
         .as_array()
         .unwrap()
         .iter()
@@ -451,7 +451,7 @@ fn the_page_in_a_real_browser() {
     assert!(ids.as_str().unwrap().starts_with("fragmentation"));
     let title = browser
         .run("return document.querySelector('#doctor-output .diagnosis h4').textContent;", &[]);
-    assert_eq!(title, api["messages"][0]["diagnoses"][0]["title"]);
+    assert_eq!(title, api["inputs"][0]["messages"][0]["diagnoses"][0]["title"]);
 
     // Pasting a script: the linter's findings.
     browser.type_into("#lint-input", "total_loss = 0\nfor x, y in loader:\n    loss = criterion(model(x), y)\n    loss.backward()\n    optimizer.step()\n    optimizer.zero_grad()\n    total_loss += loss\n");

@@ -138,7 +138,7 @@ fn compared_with_the_estimate_of_the_step() {
         .unwrap();
     assert_eq!(output.status.code(), Some(0));
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let first = &json["messages"][0]["diagnoses"][0];
+    let first = &json["inputs"][0]["messages"][0]["diagnoses"][0];
     assert_eq!(first["id"], "against_prediction");
     assert!(first["title"].as_str().unwrap().starts_with("the estimate agrees"));
     assert!(first["plan_request"]["shortfall"].as_u64().unwrap() > 0);

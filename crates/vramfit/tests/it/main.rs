@@ -6,4 +6,6 @@ mod doctor;
 mod estimate;
 mod http;
 mod lint;
+mod measure;
+mod schema;
 mod serve;

@@ -158,11 +158,11 @@ fn doctor_body_is_the_cli_json() {
     assert_eq!(response.status, 200, "{}", response.text());
     let mut api = response.json();
     let mut cli = cli_json(manifest_dir(), &["doctor", OOM]);
-    assert_eq!(api["input"], "pasted text");
-    api["input"] = Value::Null;
-    cli["input"] = Value::Null;
+    assert_eq!(api["inputs"][0]["input"], "pasted text");
+    api["inputs"][0]["input"] = Value::Null;
+    cli["inputs"][0]["input"] = Value::Null;
     assert_eq!(api, cli);
-    assert_eq!(api["messages"][0]["diagnoses"][0]["id"], "fragmentation");
+    assert_eq!(api["inputs"][0]["messages"][0]["diagnoses"][0]["id"], "fragmentation");
 
     let nothing = post(served.addr, "/api/doctor", &json!({"text": "all good, loss 0.31"}));
     assert_eq!(nothing.status, 400);
@@ -180,10 +180,10 @@ fn lint_body_is_the_cli_json() {
     assert_eq!(response.status, 200, "{}", response.text());
     let api = response.json();
     assert_eq!(api, cli_json(dir.path(), &["lint", "train.py"]));
-    assert!(api.as_array().unwrap().iter().any(|f| f["code"] == "MEM101"));
+    assert!(api["diagnostics"].as_array().unwrap().iter().any(|f| f["code"] == "MEM101"));
 
     let clean = post(served.addr, "/api/lint", &json!({"source": "print(1)\n"}));
-    assert_eq!((clean.status, clean.json()), (200, json!([])));
+    assert_eq!((clean.status, clean.json()["diagnostics"].clone()), (200, json!([])));
 }
 
 /// Status codes and JSON errors, each checked on a live server.

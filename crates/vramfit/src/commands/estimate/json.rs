@@ -1,14 +1,55 @@
-//! The machine-readable estimate: one JSON object.
+//! The machine-readable estimate: one JSON object. Its keys are the same for every input:
+//! what was not computed (no `--gpu`, no architecture behind `--params`) is null. The schema
+//! is `docs/schema/estimate.schema.json`, checked by the `schema` integration test.
 
 use std::io::{self, Write};
 
 use serde_json::{Map, Value, json};
+use vramfit_core::{DType, TrainSetup};
 
 use super::Report;
+
+/// Bumped when a key changes meaning or disappears; new keys do not bump it.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The keys a verdict against a GPU fills, null without `--gpu`.
+const VERDICT_KEYS: [&str; 7] = [
+    "gpu",
+    "cuda_visible_bytes",
+    "cuda_context_bytes",
+    "capacity_bytes",
+    "fits",
+    "headroom_bytes",
+    "max_micro_batch",
+];
+
+/// A dtype as the CLI spells it (`--optimizer-state-dtype fp32`).
+pub fn dtype_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "fp32",
+        DType::F16 => "fp16",
+        DType::Bf16 => "bf16",
+        DType::U8 => "int8",
+        other => other.torch_name(),
+    }
+}
+
+/// The setup as JSON, with the CLI's spellings.
+pub fn setup_json(setup: &TrainSetup) -> Value {
+    let mut value = json!(setup);
+    if let Some(obj) = value.as_object_mut() {
+        obj.insert(
+            "optimizer_state_dtype".into(),
+            setup.optimizer_state_dtype.map_or(Value::Null, |d| json!(dtype_name(d))),
+        );
+    }
+    value
+}
 
 /// Renders a report as one JSON object and a newline.
 pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
     let mut obj = Map::new();
+    obj.insert("schema_version".into(), json!(SCHEMA_VERSION));
     let (setup, verdict, warnings) = match report {
         Report::Full { model, setup, estimate, verdict, warnings, .. } => {
             obj.insert("model".into(), json!(model));
@@ -45,12 +86,23 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
                     "parameters": states.parameters.get(),
                     "gradients": states.gradients.get(),
                     "optimizer_state": states.optimizer_state.get(),
+                    "activations": null,
+                    "temporaries": null,
+                    "autocast_cache": null,
+                    "workspace": null,
                 }),
+            );
+            obj.insert(
+                "phase_peaks".into(),
+                json!({"forward": null, "loss": null, "backward": null, "optimizer_step": null}),
             );
             (setup, verdict, warnings)
         }
     };
-    obj.insert("setup".into(), json!(setup));
+    obj.insert("setup".into(), setup_json(setup));
+    for key in VERDICT_KEYS {
+        obj.insert(key.into(), Value::Null);
+    }
     if let Some(v) = verdict {
         obj.insert("gpu".into(), json!(v.gpu));
         obj.insert("cuda_visible_bytes".into(), json!(v.cuda_visible_bytes));

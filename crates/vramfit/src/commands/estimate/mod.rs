@@ -1,9 +1,9 @@
 //! `vramfit estimate`: the peak memory of one training step, and whether it fits a GPU.
 
-mod json;
+pub(crate) mod json;
 mod setup_args;
 pub mod svg;
-mod text;
+pub(crate) mod text;
 
 use crate::hints::Hint as _;
 use std::fs::File;

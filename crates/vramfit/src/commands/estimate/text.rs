@@ -26,7 +26,7 @@ fn per_param(bytes: Bytes, params: u64) -> String {
     }
 }
 
-pub(super) fn setup_line(setup: &TrainSetup) -> String {
+pub(crate) fn setup_line(setup: &TrainSetup) -> String {
     let state = setup.optimizer_state_dtype.map(|d| format!(" ({d} states)")).unwrap_or_default();
     let accum = if setup.grad_accum > 1 {
         format!(" · grad-accum {}", setup.grad_accum)

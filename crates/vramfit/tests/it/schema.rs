@@ -1,0 +1,330 @@
+//! The JSON schemas of every `--format json` (`docs/schema/*.schema.json`), generated from
+//! what the commands print over the test fixtures and checked here: a change of shape fails
+//! this test until the schema file is regenerated (`VRAMFIT_UPDATE_SCHEMA=1 cargo test -p
+//! vramfit --test it schema`) and, when a key changed meaning or went away, `schema_version`
+//! is bumped. Also checked: the same keys whatever the input (null when not computed), and
+//! sizes as numbers of bytes, never display strings.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+
+use crate::cli::vramfit;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs vramfit in `dir` and parses its stdout (exit 0 or 1: a verdict, not an error).
+fn run_json(dir: &Path, args: &[&str]) -> Value {
+    let output = vramfit()
+        .args(args)
+        .current_dir(dir)
+        .env("VRAMFIT_NVML_LIB", "/nonexistent/libnvidia-ml.so.1")
+        .output()
+        .unwrap();
+    assert!(
+        matches!(output.status.code(), Some(0 | 1)),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+/// The JSON types of a value, as JSON Schema names them.
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_u64() || n.is_i64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// A JSON Schema describing every one of `values`; objects at a path in `free` (maps of
+/// user data such as a model config) are described as objects only.
+fn infer(values: &[&Value], path: &str, free: &[&str]) -> Value {
+    let mut types: BTreeSet<&str> = values.iter().map(|v| type_name(v)).collect();
+    if types.contains("number") {
+        types.remove("integer");
+    }
+    let mut schema = Map::new();
+    let names: Vec<&str> = types.iter().copied().collect();
+    schema.insert("type".into(), if names.len() == 1 { json!(names[0]) } else { json!(names) });
+    let objects: Vec<&Map<String, Value>> = values.iter().filter_map(|v| v.as_object()).collect();
+    if !objects.is_empty() && !free.contains(&path) {
+        let mut keys: BTreeMap<&str, Vec<&Value>> = BTreeMap::new();
+        for object in &objects {
+            for (key, value) in *object {
+                keys.entry(key).or_default().push(value);
+            }
+        }
+        let required: Vec<&str> = keys
+            .iter()
+            .filter(|(_, seen)| seen.len() == objects.len())
+            .map(|(key, _)| *key)
+            .collect();
+        let properties: Map<String, Value> = keys
+            .iter()
+            .map(|(key, seen)| (key.to_string(), infer(seen, &format!("{path}/{key}"), free)))
+            .collect();
+        schema.insert("properties".into(), Value::Object(properties));
+        schema.insert("required".into(), json!(required));
+        schema.insert("additionalProperties".into(), json!(false));
+    }
+    let items: Vec<&Value> = values.iter().filter_map(|v| v.as_array()).flatten().collect();
+    if !items.is_empty() {
+        schema.insert("items".into(), infer(&items, &format!("{path}[]"), free));
+    }
+    Value::Object(schema)
+}
+
+/// Every key path in a value (array items merged), to compare shapes.
+fn key_paths(value: &Value, path: &str, out: &mut BTreeSet<String>) {
+    match value {
+        Value::Object(object) => {
+            for (key, child) in object {
+                let child_path = format!("{path}/{key}");
+                out.insert(child_path.clone());
+                key_paths(child, &child_path, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| key_paths(v, &format!("{path}[]"), out)),
+        _ => {}
+    }
+}
+
+fn paths(value: &Value) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    key_paths(value, "", &mut out);
+    out
+}
+
+/// Strings that are sizes for people (`14.08 GiB`, `512 MB`): none belong in JSON.
+fn display_sizes(value: &Value, path: &str, out: &mut Vec<String>) {
+    match value {
+        Value::String(text) => {
+            let mut words = text.split_whitespace();
+            let number = words.next().is_some_and(|w| w.parse::<f64>().is_ok());
+            let unit = words.next().is_some_and(|w| {
+                ["B", "KiB", "MiB", "GiB", "TiB", "KB", "MB", "GB", "TB"].contains(&w)
+            });
+            if number && unit {
+                out.push(format!("{path}: {text:?}"));
+            }
+        }
+        Value::Object(object) => {
+            object.iter().for_each(|(k, v)| display_sizes(v, &format!("{path}/{k}"), out));
+        }
+        Value::Array(items) => {
+            items.iter().for_each(|v| display_sizes(v, &format!("{path}[]"), out));
+        }
+        _ => {}
+    }
+}
+
+#[track_caller]
+fn check_schema(name: &str, description: &str, outputs: &[Value], free: &[&str]) {
+    for output in outputs {
+        assert_eq!(output["schema_version"], json!(1), "{name}: no schema_version");
+    }
+    let refs: Vec<&Value> = outputs.iter().collect();
+    let mut schema = Map::new();
+    schema.insert("$schema".into(), json!("https://json-schema.org/draft/2020-12/schema"));
+    schema.insert(
+        "$id".into(),
+        json!(format!("https://github.com/vramfit/vramfit/docs/schema/{name}.schema.json")),
+    );
+    schema.insert("title".into(), json!(format!("vramfit {name} --format json, schema_version 1")));
+    schema.insert("description".into(), json!(description));
+    if let Value::Object(inferred) = infer(&refs, "", free) {
+        schema.extend(inferred);
+    }
+    let text = serde_json::to_string_pretty(&Value::Object(schema)).unwrap() + "\n";
+    let file = root().join(format!("docs/schema/{name}.schema.json"));
+    if std::env::var_os("VRAMFIT_UPDATE_SCHEMA").is_some() {
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, &text).unwrap();
+    }
+    let committed = std::fs::read_to_string(&file).unwrap_or_default();
+    assert!(
+        committed == text,
+        "{} is not what `vramfit {name} --format json` prints now; review the change, bump schema_version if a key changed meaning or went away, and regenerate with VRAMFIT_UPDATE_SCHEMA=1 cargo test -p vramfit --test it schema",
+        file.display()
+    );
+}
+
+#[test]
+fn estimate_schema() {
+    let dir = root();
+    let invocations: [&[&str]; 6] = [
+        &["--model", "gpt2"],
+        &["--model", "gpt2", "--gpu", "a100-80gb"],
+        &[
+            "--model",
+            "llama-3.2-1b",
+            "-b",
+            "4",
+            "-s",
+            "2048",
+            "--gpu",
+            "rtx-4090",
+            "--optimizer-state-dtype",
+            "fp32",
+        ],
+        &["--model", "mixtral-8x7b", "--checkpointing", "full", "--gpu", "h100-80gb"],
+        &["--params", "1B"],
+        &[
+            "--params",
+            "7B",
+            "--precision",
+            "bf16",
+            "--optimizer-state-dtype",
+            "int8",
+            "--gpu",
+            "24GiB",
+        ],
+    ];
+    let outputs: Vec<Value> = invocations
+        .iter()
+        .map(|args| run_json(&dir, &[&["estimate", "--format", "json"], *args].concat()))
+        .collect();
+    // The same keys with or without --gpu, with a model or a bare parameter count.
+    let first = paths(&outputs[0]);
+    for (args, output) in invocations.iter().zip(&outputs) {
+        assert_eq!(paths(output), first, "{args:?} has other keys");
+        let mut sizes = Vec::new();
+        display_sizes(output, "", &mut sizes);
+        assert!(sizes.is_empty(), "{args:?}: {sizes:?}");
+    }
+    assert_eq!(outputs[2]["setup"]["optimizer_state_dtype"], "fp32");
+    assert_eq!(outputs[5]["setup"]["optimizer_state_dtype"], "int8");
+    assert!(outputs[0]["capacity_bytes"].is_null());
+    check_schema(
+        "estimate",
+        "The peak of one training step; the keys are the same for every input, null where not computed (no --gpu; no architecture behind --params).",
+        &outputs,
+        &[],
+    );
+}
+
+#[test]
+fn doctor_schema() {
+    let dir = root().join("crates/vramfit-doctor/tests/fixtures");
+    let mut files: Vec<String> = Vec::new();
+    for folder in ["messages", "logs"] {
+        let mut names: Vec<String> = std::fs::read_dir(dir.join(folder))
+            .unwrap()
+            .map(|e| format!("{folder}/{}", e.unwrap().file_name().to_string_lossy()))
+            .collect();
+        names.sort();
+        files.extend(names);
+    }
+    for snapshot in
+        ["memory_stats.json", "memory_summary.txt", "oom_fragmented.pickle", "two_devices.pickle"]
+    {
+        files.push(format!("snapshots/{snapshot}"));
+    }
+    let mut args = vec!["doctor", "--format", "json"];
+    args.extend(files.iter().map(String::as_str));
+    let all = run_json(&dir, &args);
+    let one = run_json(&dir, &["doctor", "--format", "json", "logs/growing_across_steps.log"]);
+    let predicted = run_json(
+        &dir,
+        &[
+            "doctor",
+            "--format",
+            "json",
+            "--model",
+            "llama-3.2-1b",
+            "-b",
+            "8",
+            "-s",
+            "2048",
+            "messages/007_pytorch_16417_comment_v2_shortage.txt",
+        ],
+    );
+    // One shape for one input or many.
+    for output in [&all, &one, &predicted] {
+        assert!(output["inputs"].is_array());
+    }
+    check_schema(
+        "doctor",
+        "The analyses of the inputs, one per input in the order given (an array for one input too). Known gap: a diagnosis's evidence values are display strings.",
+        &[all, one, predicted],
+        &[],
+    );
+}
+
+#[test]
+fn lint_schema() {
+    let dir = root().join("crates/vramfit-lint/tests");
+    let findings = run_json(&dir, &["lint", "--format", "json", "fixtures", "notebooks"]);
+    let clean = run_json(&root(), &["lint", "--format", "json", "python/vramfit"]);
+    assert!(!findings["diagnostics"].as_array().unwrap().is_empty());
+    assert_eq!(clean["diagnostics"], json!([]));
+    for output in [&findings, &clean] {
+        let mut sizes = Vec::new();
+        display_sizes(output, "", &mut sizes);
+        assert!(sizes.is_empty(), "{sizes:?}");
+    }
+    check_schema(
+        "lint",
+        "The findings, each with Ruff's JSON field names.",
+        &[findings, clean],
+        &[],
+    );
+}
+
+#[test]
+fn measure_schema() {
+    let dir = root().join("crates/vramfit-measure/tests/fixtures");
+    let trace = "synthetic-gpt2.trace.jsonl";
+    let probe = "synthetic-gpt2.probe.jsonl";
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("report.json");
+    let bare = run_json(&dir, &["measure", "--format", "json", "--replay", trace]);
+    let full = run_json(
+        &dir,
+        &["measure", "--format", "json", "--replay", trace, "--probe", probe, "--estimate"],
+    );
+    let params = run_json(
+        &dir,
+        &["measure", "--format", "json", "--replay", trace, "--estimate", "--params", "124M"],
+    );
+    run_json(
+        &dir,
+        &[
+            "measure",
+            "--format",
+            "json",
+            "--replay",
+            trace,
+            "--probe",
+            probe,
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let with_timeline: Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let top = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<BTreeSet<_>>();
+    for output in [&full, &params, &with_timeline] {
+        assert_eq!(top(output), top(&bare));
+    }
+    for output in [&bare, &full, &params, &with_timeline] {
+        let mut sizes = Vec::new();
+        display_sizes(output, "", &mut sizes);
+        assert!(sizes.is_empty(), "{sizes:?}");
+    }
+    check_schema(
+        "measure",
+        "A measured (or replayed) run: peaks per device and process, the probe's figures, the estimate beside them; null where not computed. The timeline is filled in the file --out FILE.json writes and null on stdout. probe.setup is what the probe recorded, free-form.",
+        &[bare, full, params, with_timeline],
+        &["/probe/setup"],
+    );
+}
