@@ -79,27 +79,6 @@ pub fn run(args: LintArgs) -> Result<Outcome, Failure> {
     for unwritten in &run.unwritten {
         writeln!(stderr, "warning: {}: {}", shown(&unwritten.path), unwritten.reason)?;
     }
-    for report in &run.reports {
-        let errors = &report.checked.syntax_errors;
-        if let Some(first) = errors.first() {
-            let position = match first.position.cell {
-                Some(cell) => {
-                    format!("cell {cell}:{}:{}", first.position.row, first.position.column)
-                }
-                None => format!("{}:{}", first.position.row, first.position.column),
-            };
-            let more = match errors.len() {
-                1 => String::new(),
-                n => format!(" (and {} more)", n - 1),
-            };
-            writeln!(
-                stderr,
-                "warning: {}:{position}: syntax error: {}{more}; the rest of the file was checked",
-                shown(&report.path),
-                first.message
-            )?;
-        }
-    }
     if run.reports.is_empty() && !skipped.is_empty() {
         return Err(Failure::with_hint(
             "no file could be checked",
@@ -114,6 +93,15 @@ pub fn run(args: LintArgs) -> Result<Outcome, Failure> {
         OutputFormat::Sarif => Format::Sarif,
         OutputFormat::Github => Format::Github,
     };
+    if files.is_empty() && skipped.is_empty() {
+        let paths: Vec<String> =
+            args.paths.iter().map(|path| format!("`{}`", shown(path))).collect();
+        writeln!(
+            stderr,
+            "warning: nothing was linted: no Python files (.py, .pyw, .ipynb) in {}",
+            paths.join(", ")
+        )?;
+    }
     let counts = Counts::of(&run.reports);
     let mut stdout = anstream::stdout().lock();
     render::write_reports(&mut stdout, format, &run.reports)?;
@@ -121,7 +109,7 @@ pub fn run(args: LintArgs) -> Result<Outcome, Failure> {
         render::write_summary(&mut stdout, counts, run.reports.len())?;
     }
     stdout.flush()?;
-    Ok(if counts.diagnostics > 0 { Outcome::Negative } else { Outcome::Success })
+    Ok(if counts.findings() > 0 { Outcome::Negative } else { Outcome::Success })
 }
 
 /// A path as printed: without a leading `./`.
