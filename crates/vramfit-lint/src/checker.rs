@@ -590,19 +590,18 @@ impl<'a> Checker<'a> {
         false
     }
 
-    /// Whether `target` was reset (plainly assigned) before `before` at the top level of any
-    /// enclosing loop body, or anywhere in the innermost loop: then it does not live across
-    /// iterations.
+    /// Whether `target` was reset (plainly assigned) before `before` in every iteration of the
+    /// training step: at the top level of the innermost enclosing loop that runs a backward
+    /// pass, or of a loop inside it, or anywhere in the innermost loop. Then it does not keep
+    /// one step's graph into the next.
+    ///
+    /// A reset in a loop around the step loop (`total_loss = 0` at the top of each epoch) does
+    /// not count: the value still grows with every batch of the epoch. Where no enclosing loop
+    /// runs a backward pass itself, a reset at the top level of any enclosing loop counts.
     pub(crate) fn reset_in_loop(&self, target: &str, before: TextSize) -> bool {
-        let assigns_target = |stmt: &Stmt| match stmt {
-            Stmt::Assign(assign) => {
-                assign.targets.iter().any(|t| pyast::dotted(t).as_deref() == Some(target))
-            }
-            Stmt::AnnAssign(ann) => pyast::dotted(&ann.target).as_deref() == Some(target),
-            _ => false,
-        };
-        let top_level = self.scope.loops.iter().any(|frame| {
-            frame.body.iter().any(|stmt| stmt.end() <= before && assigns_target(stmt))
+        let resetting = self.scope.loops.get(self.step_loop().unwrap_or(0)..).unwrap_or_default();
+        let top_level = resetting.iter().any(|frame| {
+            frame.body.iter().any(|stmt| stmt.end() <= before && assign_of(stmt, target))
         });
         if top_level {
             return true;
@@ -611,10 +610,30 @@ impl<'a> Checker<'a> {
         let mut found = false;
         walk_scope(
             innermost.body,
-            &mut |stmt| found = found || (stmt.end() <= before && assigns_target(stmt)),
+            &mut |stmt| found = found || (stmt.end() <= before && assign_of(stmt, target)),
             &mut |_| {},
         );
         found
+    }
+
+    /// Whether `target` is reset at the top level of a loop around the training step (once per
+    /// epoch) before `before`: what a finding's help then explains.
+    pub(crate) fn reset_around_step(&self, target: &str, before: TextSize) -> bool {
+        let Some(step) = self.step_loop() else { return false };
+        self.scope.loops.get(..step).unwrap_or_default().iter().any(|frame| {
+            frame.body.iter().any(|stmt| stmt.end() <= before && assign_of(stmt, target))
+        })
+    }
+
+    /// The innermost enclosing loop whose body runs a backward pass (the training step).
+    fn step_loop(&self) -> Option<usize> {
+        self.scope.loops.iter().rposition(|frame| {
+            let (Some(first), Some(last)) = (frame.body.first(), frame.body.last()) else {
+                return false;
+            };
+            let body = TextRange::new(first.start(), last.end());
+            self.scope.backward_offsets.iter().any(|offset| body.contains(*offset))
+        })
     }
 
     /// Whether `offset` lies in an evaluation region of the current scope.
@@ -675,6 +694,17 @@ fn is_plain_value(expr: &Expr) -> bool {
             Expr::Attribute(attribute) => CLEARING_METHODS.contains(&attribute.attr.id.as_str()),
             _ => false,
         },
+        _ => false,
+    }
+}
+
+/// Whether `stmt` plainly assigns `target` (`target = ...`, `target: T = ...`).
+fn assign_of(stmt: &Stmt, target: &str) -> bool {
+    match stmt {
+        Stmt::Assign(assign) => {
+            assign.targets.iter().any(|t| pyast::dotted(t).as_deref() == Some(target))
+        }
+        Stmt::AnnAssign(ann) => pyast::dotted(&ann.target).as_deref() == Some(target),
         _ => false,
     }
 }
