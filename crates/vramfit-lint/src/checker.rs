@@ -25,6 +25,8 @@ pub(crate) struct FileFacts<'a> {
     pub(crate) called_without_grad: HashSet<String>,
     /// Every autocast call and its precision.
     pub(crate) autocasts: Vec<(&'a ast::ExprCall, names::AutocastDtype)>,
+    /// Names the file uses as `nn.Module`s (see [`crate::modules`]).
+    pub(crate) modules: HashSet<String>,
 }
 
 /// One function body (or the module) being walked.
@@ -152,9 +154,11 @@ impl<'a> Checker<'a> {
         self.scope.loops.last()
     }
 
-    /// Whether calling `func` runs a model.
+    /// Whether calling `func` runs a model: a name the file uses as a module, or, failing
+    /// that, a model's usual name.
     pub(crate) fn is_model_callee(&self, func: &Expr) -> bool {
-        names::is_model_callee(func, &self.imports, &self.settings.model_names)
+        pyast::dotted(func).is_some_and(|name| self.facts.modules.contains(&name))
+            || names::is_model_callee(func, &self.imports, &self.settings.model_names)
     }
 
     fn new_scope(&self, function: Option<&'a ast::StmtFunctionDef>, body: &'a [Stmt]) -> Scope<'a> {
@@ -863,7 +867,8 @@ fn direct_exprs<'a>(stmt: &'a Stmt, in_if: bool, imports: &Imports, frame: &mut 
 }
 
 fn gather_facts<'a>(body: &'a [Stmt], imports: &Imports) -> FileFacts<'a> {
-    let mut facts = FileFacts::default();
+    let mut facts =
+        FileFacts { modules: crate::modules::module_names(body, imports), ..FileFacts::default() };
     let mut no_grad_bodies: Vec<&'a [Stmt]> = Vec::new();
     pyast::walk_stmts(
         body,

@@ -16,6 +16,7 @@ mod checker;
 mod diagnostic;
 mod files;
 mod fix;
+mod modules;
 mod names;
 mod noqa;
 mod notebook;
