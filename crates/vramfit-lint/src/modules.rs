@@ -49,17 +49,15 @@ pub(crate) fn module_names(body: &[Stmt], imports: &Imports) -> HashSet<String> 
                     insert(&mut modules, receiver);
                 }
             }
-            Stmt::Assign(assign) => {
-                if builds_module(&assign.value, &classes, imports) {
-                    for target in &assign.targets {
-                        insert(&mut modules, target);
-                    }
+            Stmt::Assign(assign) if builds_module(&assign.value, &classes, imports) => {
+                for target in &assign.targets {
+                    insert(&mut modules, target);
                 }
             }
-            Stmt::AnnAssign(ann) => {
-                if ann.value.as_deref().is_some_and(|v| builds_module(v, &classes, imports)) {
-                    insert(&mut modules, &ann.target);
-                }
+            Stmt::AnnAssign(ann)
+                if ann.value.as_deref().is_some_and(|v| builds_module(v, &classes, imports)) =>
+            {
+                insert(&mut modules, &ann.target);
             }
             _ => {}
         },
