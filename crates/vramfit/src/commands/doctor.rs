@@ -105,8 +105,7 @@ pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
             ));
         };
         let mut file = io::BufWriter::new(
-            File::create(svg_path)
-                .map_err(|e| Failure::new(format!("cannot write {}: {e}", svg_path.display())))?,
+            File::create(svg_path).map_err(|e| Failure::cannot_write(svg_path, &e))?,
         );
         write_svg(&mut file, report)?;
         file.flush()?;
@@ -192,8 +191,13 @@ fn open(path: &PathBuf) -> Result<Opened, Failure> {
     if path.as_os_str() == "-" {
         return Ok(Opened::Stdin(BufReader::new(io::stdin())));
     }
-    let file = File::open(path)
-        .map_err(|e| Failure::new(format!("cannot read {}: {e}", path.display())))?;
+    if path.is_dir() {
+        return Err(Failure::with_hint(
+            format!("cannot read {}: it is a directory", path.display()),
+            "pass the log, message, memory_summary() text, memory_stats() JSON or snapshot file itself",
+        ));
+    }
+    let file = File::open(path).map_err(|e| Failure::cannot_read(path, &e))?;
     Ok(Opened::File(BufReader::with_capacity(1 << 16, file)))
 }
 
@@ -204,6 +208,9 @@ fn predict(setup: &SetupArgs) -> Result<Option<Prediction>, Failure> {
     }
     let train = setup.train_setup()?;
     let bytes = |b: vramfit_core::Bytes| Bytes(b.get());
+    if let Some(note) = setup.gpu_unit_note() {
+        writeln!(anstream::stderr(), "warning: {note}")?;
+    }
     let gpu_capacity = match setup.gpu()? {
         Some(gpu) => Some(bytes(gpu.cuda_visible().saturating_sub(setup.cuda_context()?))),
         None => None,
@@ -292,14 +299,22 @@ fn analyse(
             let content = String::from_utf8_lossy(&bytes);
             match kind {
                 InputKind::StatsJson => {
-                    let stats = parse_stats_json(&content)
-                        .map_err(|e| Failure::new(format!("{name}: {e}")))?;
+                    let stats = parse_stats_json(&content).map_err(|e| {
+                        Failure::with_hint(
+                            format!("{name}: {e}"),
+                            "pass torch.cuda.memory_stats() written with json.dump(), whole",
+                        )
+                    })?;
                     let diagnoses = vramfit_doctor::diagnosis::diagnose_stats(&stats);
                     Ok(Analysis::Stats { input: name, source: "memory_stats()", stats, diagnoses })
                 }
                 InputKind::Summary => {
-                    let stats = parse_summary(&content)
-                        .map_err(|e| Failure::new(format!("{name}: {e}")))?;
+                    let stats = parse_summary(&content).map_err(|e| {
+                        Failure::with_hint(
+                            format!("{name}: {e}"),
+                            "pass the whole table torch.cuda.memory_summary() prints",
+                        )
+                    })?;
                     let diagnoses = vramfit_doctor::diagnosis::diagnose_stats(&stats);
                     Ok(Analysis::Stats {
                         input: name,
@@ -324,7 +339,10 @@ fn analyse(
 }
 
 fn snapshot_failure(name: &str, err: &SnapshotError) -> Failure {
-    let failure = Failure::new(format!("{name}: {err}"));
+    let failure = Failure::with_hint(
+        format!("{name}: {err}"),
+        "pass a snapshot written by torch.cuda.memory._dump_snapshot(), whole and unchanged",
+    );
     match err {
         SnapshotError::Pickle(PickleError::Refused { .. }) => failure.hint(
             "vramfit only reads data pickles such as torch.cuda.memory._dump_snapshot() writes; do not unpickle this file in Python either",

@@ -134,8 +134,8 @@ fn settings(args: &LintArgs) -> Result<Settings, Failure> {
     };
     let (mut config, root) = match &pyproject {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|err| Failure::new(format!("cannot read {}: {err}", path.display())))?;
+            let text =
+                std::fs::read_to_string(path).map_err(|err| Failure::cannot_read(path, &err))?;
             let config = LintConfig::from_pyproject(&text, path)
                 .map_err(|err| Failure::with_hint(err.to_string(), "see `vramfit lint --help` and docs/lint.md for the [tool.vramfit.lint] keys"))?
                 .unwrap_or_default();
