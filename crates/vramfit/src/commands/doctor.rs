@@ -2,7 +2,9 @@
 //!
 //! Reads each input (files, or stdin), tells its kind from the content, hands it to
 //! `vramfit_doctor`, and prints the text report or JSON. Exit code 0 when a diagnosis was
-//! made, 2 when an input holds nothing to diagnose or cannot be read.
+//! made, 1 when out-of-memory messages were found but none says enough to diagnose (the
+//! report says what would decide it), 2 when an input holds nothing to diagnose or cannot be
+//! read.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Seek, Write};
@@ -15,7 +17,7 @@ use vramfit_doctor::render::{json, text};
 use vramfit_doctor::snapshot::{SnapshotError, SnapshotReport, read_snapshot_seekable, write_svg};
 use vramfit_doctor::stats::{AllocatorStats, parse_stats_json, parse_summary};
 use vramfit_doctor::{
-    Bytes, Diagnosis, InputKind, Prediction, Report, SizeHints, diagnose_log_against,
+    Bytes, Diagnosis, DiagnosisId, InputKind, Prediction, Report, SizeHints, diagnose_log_against,
 };
 
 use super::estimate::{ModelSource, SetupArgs};
@@ -89,10 +91,15 @@ enum Analysis {
 /// Runs `vramfit doctor`.
 pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
     let inputs = if args.files.is_empty() { vec![PathBuf::from("-")] } else { args.files.clone() };
+    if let Some(note) = args.setup.gpu_unit_note() {
+        writeln!(anstream::stderr(), "warning: {note}")?;
+    }
     let prediction = predict(&args.setup)?;
+    // Without a model, `--gpu` still gives the capacity a bare message lacks.
+    let hints = SizeHints { gpu_capacity: gpu_capacity(&args.setup)?, ..SizeHints::default() };
     let mut analyses = Vec::with_capacity(inputs.len());
     for path in &inputs {
-        analyses.push(analyse(path, &args, prediction.as_ref())?);
+        analyses.push(analyse(path, &args, &hints, prediction.as_ref())?);
     }
     if let Some(svg_path) = &args.svg {
         let Some(report) = analyses.iter().rev().find_map(|a| match a {
@@ -141,7 +148,28 @@ pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
         }
     }
     out.flush()?;
-    Ok(Outcome::Success)
+    Ok(if analyses.iter().any(diagnosed) { Outcome::Success } else { Outcome::Negative })
+}
+
+/// Whether an input got a diagnosis: anything but "the message is too short to say".
+fn diagnosed(analysis: &Analysis) -> bool {
+    match analysis {
+        Analysis::Log { report, .. } => {
+            !report.trend.is_empty()
+                || report.messages.iter().any(|finding| {
+                    finding.diagnoses.iter().any(|d| d.id != DiagnosisId::IncompleteMessage)
+                })
+        }
+        Analysis::Stats { .. } | Analysis::Snapshot { .. } => true,
+    }
+}
+
+/// The usable capacity of `--gpu` (less the CUDA context), if given.
+fn gpu_capacity(setup: &SetupArgs) -> Result<Option<Bytes>, Failure> {
+    Ok(match setup.gpu()? {
+        Some(gpu) => Some(Bytes(gpu.cuda_visible().saturating_sub(setup.cuda_context()?).get())),
+        None => None,
+    })
 }
 
 fn name_of(analysis: &Analysis) -> &str {
@@ -208,13 +236,7 @@ fn predict(setup: &SetupArgs) -> Result<Option<Prediction>, Failure> {
     }
     let train = setup.train_setup()?;
     let bytes = |b: vramfit_core::Bytes| Bytes(b.get());
-    if let Some(note) = setup.gpu_unit_note() {
-        writeln!(anstream::stderr(), "warning: {note}")?;
-    }
-    let gpu_capacity = match setup.gpu()? {
-        Some(gpu) => Some(bytes(gpu.cuda_visible().saturating_sub(setup.cuda_context()?))),
-        None => None,
-    };
+    let gpu_capacity = gpu_capacity(setup)?;
     let prediction = match setup.model_source()? {
         ModelSource::Parameters(parameters) => {
             let states = vramfit_core::model_states_for_params(parameters, &train)
@@ -229,7 +251,7 @@ fn predict(setup: &SetupArgs) -> Result<Option<Prediction>, Failure> {
                     ("gradients".to_owned(), bytes(states.gradients)),
                     ("optimizer_state".to_owned(), bytes(states.optimizer_state)),
                 ],
-                hints: SizeHints { params: Some(parameters), ..SizeHints::default() },
+                hints: SizeHints { params: Some(parameters), gpu_capacity, ..SizeHints::default() },
                 gpu_capacity,
             }
         }
@@ -260,6 +282,7 @@ fn predict(setup: &SetupArgs) -> Result<Option<Prediction>, Failure> {
                     heads: Some(spec.n_heads),
                     params: Some(spec.parameter_count()),
                     tokens: None,
+                    gpu_capacity,
                 },
                 gpu_capacity,
             }
@@ -271,6 +294,7 @@ fn predict(setup: &SetupArgs) -> Result<Option<Prediction>, Failure> {
 fn analyse(
     path: &PathBuf,
     args: &DoctorArgs,
+    hints: &SizeHints,
     prediction: Option<&Prediction>,
 ) -> Result<Analysis, Failure> {
     let name =
@@ -324,7 +348,7 @@ fn analyse(
                     })
                 }
                 _ => {
-                    let report = diagnose_log_against(&content, &SizeHints::default(), prediction)
+                    let report = diagnose_log_against(&content, hints, prediction)
                         .ok_or_else(|| {
                         Failure::with_hint(
                             format!("no out-of-memory message found in {name}"),
