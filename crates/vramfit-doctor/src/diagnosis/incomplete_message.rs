@@ -26,7 +26,13 @@ pub fn check(m: &OomMessage, hints: &SizeHints) -> Option<Diagnosis> {
         None => "memory ran out; the message is too short to say why".to_owned(),
     };
     let mut d = Diagnosis::new(DiagnosisId::IncompleteMessage, title).bytes("requested", requested);
+    let legacy = m.kind == crate::message::MessageKind::PytorchLegacy;
     let said = match (requested, capacity) {
+        _ if legacy => "PyTorch before 1.0 reported every out-of-memory error of its caching \
+                        allocator as \"cuda runtime error (2) : out of memory\", with no \
+                        numbers: the card was full, but not of what. PyTorch 1.x and later \
+                        print the capacity, free, allocated and reserved memory."
+            .to_owned(),
         (Some(r), Some(c)) => {
             d = d.evidence("capacity", c).evidence("request share of capacity", percent(r, c));
             format!(
@@ -51,10 +57,13 @@ pub fn check(m: &OomMessage, hints: &SizeHints) -> Option<Diagnosis> {
     if !m.missing.is_empty() {
         d = d.evidence("missing from the message", m.missing.join(", "));
     }
-    let mut asks = vec![
-        "the whole message (PyTorch prints the capacity, free, allocated and \
-                         reserved memory right after \"Tried to allocate\")",
-    ];
+    let mut asks = vec![if legacy {
+        "torch.cuda.memory_allocated() and torch.cuda.memory_cached() printed before the \
+         failing line, or the message of a current PyTorch"
+    } else {
+        "the whole message (PyTorch prints the capacity, free, allocated and reserved memory \
+         right after \"Tried to allocate\")"
+    }];
     if capacity.is_none() {
         asks.push("--gpu with the card (rtx-3080, a100-80gb, 24GiB)");
     }

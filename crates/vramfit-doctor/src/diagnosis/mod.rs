@@ -11,6 +11,7 @@ mod evaluation_or_checkpoint;
 mod fragmentation;
 mod free_but_refused;
 mod growth_across_steps;
+mod host_memory;
 mod huge_request;
 mod incomplete_message;
 mod jax_or_tensorflow;
@@ -58,6 +59,8 @@ pub enum DiagnosisId {
     AgainstPrediction,
     /// See [`incomplete_message`].
     IncompleteMessage,
+    /// See [`host_memory`].
+    HostMemory,
 }
 
 impl DiagnosisId {
@@ -77,6 +80,7 @@ impl DiagnosisId {
             DiagnosisId::AllocatorState => "allocator_state",
             DiagnosisId::AgainstPrediction => "against_prediction",
             DiagnosisId::IncompleteMessage => "incomplete_message",
+            DiagnosisId::HostMemory => "host_memory",
         }
     }
 }
@@ -155,8 +159,9 @@ fn percent(part: Bytes, whole: Bytes) -> String {
 /// Every diagnosis that holds for one message, decided together: the first is the primary
 /// verdict and the others support it without contradicting it (see [`decide`]).
 pub fn diagnose_message(message: &OomMessage, hints: &SizeHints) -> Vec<Diagnosis> {
-    let checks: [Option<Diagnosis>; 8] = [
+    let checks: [Option<Diagnosis>; 9] = [
         not_an_oom::check(message),
+        host_memory::check(message),
         outside_allocator::check(message),
         jax_or_tensorflow::check(message),
         evaluation_or_checkpoint::check(message),
