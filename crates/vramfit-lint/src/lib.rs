@@ -30,7 +30,9 @@ mod source;
 use std::path::Path;
 
 pub use diagnostic::{Applicability, Diagnostic, Fix};
-pub use files::{FileReport, LintRun, Skipped, collect_files, lint_paths, read_file};
+pub use files::{
+    FileReport, LintRun, Skipped, collect_files, lint_paths, lint_paths_observed, read_file,
+};
 pub use fix::{FixMode, apply_fixes};
 pub use notebook::{NotebookError, parse_notebook};
 pub use registry::{FixAvailability, RULES, Rule, RuleInfo};

@@ -10,6 +10,7 @@
 
 mod commands;
 mod failure;
+mod progress;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -9,6 +9,7 @@
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Seek, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -21,6 +22,7 @@ use vramfit_doctor::{
 };
 
 use super::estimate::{ModelSource, SetupArgs};
+use crate::progress::{CountingReader, Progress, rate};
 use crate::{Failure, Outcome};
 
 /// Arguments of `vramfit doctor`.
@@ -47,6 +49,11 @@ pub struct DoctorArgs {
     /// folded as they are read, so this bounds the shared stack frames and one segment.
     #[arg(long, value_name = "MIB", default_value_t = 1024)]
     max_memory: u64,
+
+    /// No progress line on stderr while a large snapshot is read (it is shown only on a
+    /// terminal, for reads over half a second).
+    #[arg(long, short)]
+    quiet: bool,
 
     /// With --model (or --params), each crash is compared with the estimate of that step.
     #[command(
@@ -312,8 +319,28 @@ fn analyse(
                 max_time: Limits::default().max_time.max(Duration::from_secs(size / (5 << 20))),
                 ..Limits::default()
             };
-            let report = read_snapshot_seekable(file, &limits, args.top)
-                .map_err(|e| snapshot_failure(&name, &e))?;
+            let shown = name.clone();
+            let progress =
+                Progress::start(Progress::wanted(args.quiet), move |rewinds, read, elapsed| {
+                    // Two passes over the file: the first rewind starts the second.
+                    let pass = if rewinds == 0 { 1 } else { 2 };
+                    let of_pass = if rewinds == 0 { read } else { read.saturating_sub(size) };
+                    let percent =
+                        (of_pass.saturating_mul(100)).checked_div(size).unwrap_or(0).min(100);
+                    format!(
+                        "reading {shown}: pass {pass} of 2, {percent}% of {} ({} MiB/s)",
+                        Bytes(size),
+                        rate(read, elapsed) >> 20
+                    )
+                });
+            let counting = CountingReader::new(file.into_inner(), Arc::clone(progress.counters()));
+            let result = read_snapshot_seekable(
+                BufReader::with_capacity(1 << 16, counting),
+                &limits,
+                args.top,
+            );
+            progress.finish();
+            let report = result.map_err(|e| snapshot_failure(&name, &e))?;
             let diagnoses = vramfit_doctor::diagnosis::diagnose_stats(&report.allocator_stats());
             Ok(Analysis::Snapshot { input: name, report, diagnoses })
         }

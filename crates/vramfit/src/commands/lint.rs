@@ -3,10 +3,13 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use vramfit_lint::render::{self, Counts, Format};
 use vramfit_lint::{FixMode, LintConfig, RULES, Rule, Settings};
 
+use crate::progress::{Progress, rate, thousands};
 use crate::{Failure, Outcome};
 
 /// Output formats of `vramfit lint`.
@@ -51,6 +54,9 @@ pub struct LintArgs {
     /// Read settings from this pyproject.toml instead of the nearest one with [tool.vramfit].
     #[arg(long, value_name = "PYPROJECT")]
     pub config: Option<PathBuf>,
+    /// No progress line on stderr (it is shown only on a terminal, for runs over half a second).
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 /// Arguments of `vramfit rule`.
@@ -69,7 +75,22 @@ pub fn run(args: LintArgs) -> Result<Outcome, Failure> {
     let (files, mut skipped) = vramfit_lint::collect_files(&args.paths);
     let fix =
         if args.unsafe_fixes { Some(FixMode::Unsafe) } else { args.fix.then_some(FixMode::Safe) };
-    let mut run = vramfit_lint::lint_paths(&files, &settings, fix);
+    let total = files.len() as u64;
+    let progress = Progress::start(Progress::wanted(args.quiet), move |done, lines, elapsed| {
+        format!(
+            "linting {} / {} files, {} lines ({} lines/s)",
+            thousands(done),
+            thousands(total),
+            thousands(lines),
+            thousands(rate(lines, elapsed))
+        )
+    });
+    let counters = Arc::clone(progress.counters());
+    let mut run = vramfit_lint::lint_paths_observed(&files, &settings, fix, &|lines| {
+        counters.items.fetch_add(1, Ordering::Relaxed);
+        counters.amount.fetch_add(lines, Ordering::Relaxed);
+    });
+    progress.finish();
     skipped.append(&mut run.skipped);
 
     let mut stderr = anstream::stderr().lock();

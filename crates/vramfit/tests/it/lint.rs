@@ -268,3 +268,23 @@ fn rule_lists_all_rules() {
 fn unknown_rule_is_an_error() {
     assert_cmd_snapshot!(vramfit().args(["rule", "MEM999"]));
 }
+
+/// The progress line is for terminals only: on a pipe (as here) stderr stays empty, with or
+/// without `--quiet`.
+#[test]
+fn no_progress_on_a_pipe_or_with_quiet() {
+    let files: Vec<(String, &[u8])> =
+        (0..400).map(|i| (format!("pkg/m{i}.py"), TRAIN.as_bytes())).collect();
+    let files: Vec<(&str, &[u8])> = files.iter().map(|(p, c)| (p.as_str(), *c)).collect();
+    let dir = project(&files);
+    for quiet in [false, true] {
+        let mut cmd = lint_in(dir.path());
+        cmd.args(["--format", "concise"]);
+        if quiet {
+            cmd.arg("--quiet");
+        }
+        let output = cmd.output().unwrap();
+        assert_eq!(output.status.code(), Some(1));
+        assert!(output.stderr.is_empty(), "{}", String::from_utf8_lossy(&output.stderr));
+    }
+}
