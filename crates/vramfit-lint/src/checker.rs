@@ -68,7 +68,6 @@ pub(crate) struct LoopFrame<'a> {
 pub(crate) struct Checker<'a> {
     pub(crate) source: &'a SourceText,
     pub(crate) settings: &'a Settings,
-    pub(crate) path: Option<&'a std::path::Path>,
     pub(crate) imports: Imports,
     pub(crate) facts: FileFacts<'a>,
     pub(crate) scope: Scope<'a>,
@@ -81,6 +80,9 @@ pub(crate) struct Checker<'a> {
     pub(crate) module: &'a [Stmt],
     /// Every call of the file, by the range of its callee.
     calls_by_func: HashMap<(u32, u32), &'a ast::ExprCall>,
+    /// Which rules run on this file, by `Rule as usize` (settings and per-file ignores,
+    /// resolved once).
+    enabled: u64,
 }
 
 impl<'a> Checker<'a> {
@@ -99,7 +101,6 @@ impl<'a> Checker<'a> {
         let mut checker = Checker {
             source,
             settings,
-            path,
             imports,
             facts,
             scope: Scope::default(),
@@ -110,6 +111,10 @@ impl<'a> Checker<'a> {
             diagnostics: Vec::new(),
             module: body,
             calls_by_func,
+            enabled: crate::registry::RULES
+                .iter()
+                .filter(|info| settings.enabled(info.rule, path))
+                .fold(0, |mask, info| mask | 1 << (info.rule as usize)),
         };
         checker.scope = checker.new_scope(None, body);
         checker
@@ -117,7 +122,7 @@ impl<'a> Checker<'a> {
 
     /// Whether `rule` runs on this file.
     pub(crate) fn enabled(&self, rule: Rule) -> bool {
-        self.settings.enabled(rule, self.path)
+        self.enabled & (1 << (rule as usize)) != 0
     }
 
     pub(crate) fn report(&mut self, diagnostic: Diagnostic) {
@@ -866,6 +871,11 @@ fn direct_exprs<'a>(stmt: &'a Stmt, in_if: bool, imports: &Imports, frame: &mut 
     }
 }
 
+/// Whether a name contains `scaler` in any case, without allocating (called for every name).
+fn mentions_scaler(name: &str) -> bool {
+    name.len() >= 6 && name.as_bytes().windows(6).any(|w| w.eq_ignore_ascii_case(b"scaler"))
+}
+
 fn gather_facts<'a>(body: &'a [Stmt], imports: &Imports) -> FileFacts<'a> {
     let mut facts =
         FileFacts { modules: crate::modules::module_names(body, imports), ..FileFacts::default() };
@@ -880,12 +890,10 @@ fn gather_facts<'a>(body: &'a [Stmt], imports: &Imports) -> FileFacts<'a> {
             }
         },
         &mut |expr| match expr {
-            Expr::Name(name) if name.id.as_str().to_ascii_lowercase().contains("scaler") => {
+            Expr::Name(name) if mentions_scaler(name.id.as_str()) => {
                 facts.has_scaler = true;
             }
-            Expr::Attribute(attribute)
-                if attribute.attr.id.as_str().to_ascii_lowercase().contains("scaler") =>
-            {
+            Expr::Attribute(attribute) if mentions_scaler(attribute.attr.id.as_str()) => {
                 facts.has_scaler = true;
             }
             Expr::Call(call) => {

@@ -199,7 +199,7 @@ pub fn lint_paths_observed(
             Ok((report, warning)) => (Some(report), warning),
             Err(reason) => (None, Some(Skipped { path: path.clone(), reason })),
         };
-        on_file(result.0.as_ref().map_or(0, |r| r.source.text().lines().count() as u64));
+        on_file(result.0.as_ref().map_or(0, |r| r.source.line_count() as u64));
         result
     };
     let results: Vec<(Option<FileReport>, Option<Skipped>)> =
