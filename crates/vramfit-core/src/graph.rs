@@ -172,7 +172,9 @@ impl<'o> Graph<'o> {
     fn set_requires_grad(&mut self, t: Tid) {
         let i = t.index();
         if self.requires_grad.len() <= i {
-            self.requires_grad.resize(i + 1, false);
+            // Storages are numbered in allocation order: grow ahead, not one slot at a time.
+            let len = (i + 1).max(2 * self.requires_grad.len());
+            self.requires_grad.resize(len, false);
         }
         self.requires_grad[i] = true;
     }
@@ -324,7 +326,8 @@ impl<'o> Graph<'o> {
     fn grad_slot(&mut self, t: Tid) -> &mut Option<Tid> {
         let i = t.index();
         if self.grad_of.len() <= i {
-            self.grad_of.resize(i + 1, None);
+            let len = (i + 1).max(2 * self.grad_of.len());
+            self.grad_of.resize(len, None);
         }
         &mut self.grad_of[i]
     }

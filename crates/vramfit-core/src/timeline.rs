@@ -210,6 +210,7 @@ impl PeakTracker {
 }
 
 impl StreamObserver for PeakTracker {
+    #[inline]
     fn observe(&mut self, event: StreamEvent, state: StreamState<'_>) {
         if matches!(event, StreamEvent::Alloc { .. } | StreamEvent::Phase(_)) {
             let p = &mut self.phase_peaks[state.phase.index()];
@@ -342,11 +343,14 @@ impl<'o> Timeline<'o> {
         timeline
     }
 
+    #[inline]
     fn tell(&mut self, event: StreamEvent) {
         let state = StreamState { total: self.total, live: &self.live, phase: self.phase };
         self.peaks.observe(event, state);
-        for o in &mut self.observers {
-            o.observe(event, state);
+        if !self.observers.is_empty() {
+            for o in &mut self.observers {
+                o.observe(event, state);
+            }
         }
     }
 

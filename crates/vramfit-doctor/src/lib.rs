@@ -20,6 +20,7 @@ pub mod context;
 pub mod diagnosis;
 pub mod message;
 pub mod pickle;
+mod plural;
 pub mod remedy;
 pub mod render;
 pub mod report;

@@ -3,7 +3,8 @@
 use serde::Serialize;
 
 use crate::diagnosis::{
-    Diagnosis, Prediction, SizeHints, diagnose_against, diagnose_message, diagnose_trend,
+    Diagnosis, DiagnosisId, Prediction, SizeHints, diagnose_against, diagnose_message,
+    diagnose_trend,
 };
 use crate::message::{OomMessage, find_messages};
 
@@ -13,7 +14,9 @@ pub struct Finding {
     /// The parsed message.
     #[serde(flatten)]
     pub message: OomMessage,
-    /// Its diagnoses, most specific first.
+    /// The primary verdict: the id of the first diagnosis, which the others support.
+    pub primary: Option<DiagnosisId>,
+    /// Its diagnoses, decided together: the primary verdict first.
     pub diagnoses: Vec<Diagnosis>,
 }
 
@@ -50,7 +53,7 @@ pub fn diagnose_log_against(
             if let Some(d) = prediction.and_then(|p| diagnose_against(&message, p)) {
                 diagnoses.insert(0, d);
             }
-            Finding { diagnoses, message }
+            Finding { primary: diagnoses.first().map(|d| d.id), diagnoses, message }
         })
         .collect();
     Some(Report { messages, trend })

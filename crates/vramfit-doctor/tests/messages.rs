@@ -34,10 +34,44 @@ fn check(name: &str, url: &str, body: &str) {
 }
 
 #[test]
-fn at_least_forty_real_messages_with_sources() {
+fn at_least_120_real_messages_with_sources() {
     let all = fixtures();
-    assert!(all.len() >= 40, "only {} fixtures", all.len());
+    assert!(all.len() >= 120, "only {} fixtures", all.len());
     assert!(all.iter().all(|(_, url, _)| url.starts_with("https://")));
+    // Two comments of one thread may each give a message, but never the same one twice.
+    let mut bodies: Vec<&str> = all.iter().map(|(_, _, body)| body.trim()).collect();
+    bodies.sort_unstable();
+    let before = bodies.len();
+    bodies.dedup();
+    assert_eq!(bodies.len(), before, "a message is a fixture twice");
+}
+
+/// Every family of message is read as its own kind, with its own diagnosis.
+#[test]
+fn every_family_is_recognised() {
+    use vramfit_doctor::diagnosis::DiagnosisId;
+    let expect = [
+        ("pt0x_", DiagnosisId::IncompleteMessage),
+        ("cudnn_", DiagnosisId::OutsideAllocator),
+        ("cublas_", DiagnosisId::OutsideAllocator),
+        ("spconv_", DiagnosisId::OutsideAllocator),
+        ("xla_", DiagnosisId::JaxOrTensorflow),
+        ("tf_", DiagnosisId::JaxOrTensorflow),
+        ("mxnet_", DiagnosisId::JaxOrTensorflow),
+        ("caffe_", DiagnosisId::JaxOrTensorflow),
+        ("host_", DiagnosisId::HostMemory),
+        ("mps_", DiagnosisId::RealShortage),
+    ];
+    for (name, _, body) in fixtures() {
+        let family = name.split_once('_').map_or("", |(_, rest)| rest);
+        let Some((_, id)) = expect.iter().find(|(prefix, _)| family.starts_with(prefix)) else {
+            continue;
+        };
+        let report = diagnose_log(&body, &SizeHints::default()).unwrap();
+        for finding in &report.messages {
+            assert_eq!(finding.primary, Some(*id), "{name}");
+        }
+    }
 }
 
 #[test]

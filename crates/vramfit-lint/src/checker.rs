@@ -25,6 +25,8 @@ pub(crate) struct FileFacts<'a> {
     pub(crate) called_without_grad: HashSet<String>,
     /// Every autocast call and its precision.
     pub(crate) autocasts: Vec<(&'a ast::ExprCall, names::AutocastDtype)>,
+    /// Names the file uses as `nn.Module`s (see [`crate::modules`]).
+    pub(crate) modules: HashSet<String>,
 }
 
 /// One function body (or the module) being walked.
@@ -66,7 +68,6 @@ pub(crate) struct LoopFrame<'a> {
 pub(crate) struct Checker<'a> {
     pub(crate) source: &'a SourceText,
     pub(crate) settings: &'a Settings,
-    pub(crate) path: Option<&'a std::path::Path>,
     pub(crate) imports: Imports,
     pub(crate) facts: FileFacts<'a>,
     pub(crate) scope: Scope<'a>,
@@ -79,6 +80,9 @@ pub(crate) struct Checker<'a> {
     pub(crate) module: &'a [Stmt],
     /// Every call of the file, by the range of its callee.
     calls_by_func: HashMap<(u32, u32), &'a ast::ExprCall>,
+    /// Which rules run on this file, by `Rule as usize` (settings and per-file ignores,
+    /// resolved once).
+    enabled: u64,
 }
 
 impl<'a> Checker<'a> {
@@ -97,7 +101,6 @@ impl<'a> Checker<'a> {
         let mut checker = Checker {
             source,
             settings,
-            path,
             imports,
             facts,
             scope: Scope::default(),
@@ -108,6 +111,10 @@ impl<'a> Checker<'a> {
             diagnostics: Vec::new(),
             module: body,
             calls_by_func,
+            enabled: crate::registry::RULES
+                .iter()
+                .filter(|info| settings.enabled(info.rule, path))
+                .fold(0, |mask, info| mask | 1 << (info.rule as usize)),
         };
         checker.scope = checker.new_scope(None, body);
         checker
@@ -115,7 +122,7 @@ impl<'a> Checker<'a> {
 
     /// Whether `rule` runs on this file.
     pub(crate) fn enabled(&self, rule: Rule) -> bool {
-        self.settings.enabled(rule, self.path)
+        self.enabled & (1 << (rule as usize)) != 0
     }
 
     pub(crate) fn report(&mut self, diagnostic: Diagnostic) {
@@ -152,9 +159,11 @@ impl<'a> Checker<'a> {
         self.scope.loops.last()
     }
 
-    /// Whether calling `func` runs a model.
+    /// Whether calling `func` runs a model: a name the file uses as a module, or, failing
+    /// that, a model's usual name.
     pub(crate) fn is_model_callee(&self, func: &Expr) -> bool {
-        names::is_model_callee(func, &self.imports, &self.settings.model_names)
+        pyast::dotted(func).is_some_and(|name| self.facts.modules.contains(&name))
+            || names::is_model_callee(func, &self.imports, &self.settings.model_names)
     }
 
     fn new_scope(&self, function: Option<&'a ast::StmtFunctionDef>, body: &'a [Stmt]) -> Scope<'a> {
@@ -590,19 +599,18 @@ impl<'a> Checker<'a> {
         false
     }
 
-    /// Whether `target` was reset (plainly assigned) before `before` at the top level of any
-    /// enclosing loop body, or anywhere in the innermost loop: then it does not live across
-    /// iterations.
+    /// Whether `target` was reset (plainly assigned) before `before` in every iteration of the
+    /// training step: at the top level of the innermost enclosing loop that runs a backward
+    /// pass, or of a loop inside it, or anywhere in the innermost loop. Then it does not keep
+    /// one step's graph into the next.
+    ///
+    /// A reset in a loop around the step loop (`total_loss = 0` at the top of each epoch) does
+    /// not count: the value still grows with every batch of the epoch. Where no enclosing loop
+    /// runs a backward pass itself, a reset at the top level of any enclosing loop counts.
     pub(crate) fn reset_in_loop(&self, target: &str, before: TextSize) -> bool {
-        let assigns_target = |stmt: &Stmt| match stmt {
-            Stmt::Assign(assign) => {
-                assign.targets.iter().any(|t| pyast::dotted(t).as_deref() == Some(target))
-            }
-            Stmt::AnnAssign(ann) => pyast::dotted(&ann.target).as_deref() == Some(target),
-            _ => false,
-        };
-        let top_level = self.scope.loops.iter().any(|frame| {
-            frame.body.iter().any(|stmt| stmt.end() <= before && assigns_target(stmt))
+        let resetting = self.scope.loops.get(self.step_loop().unwrap_or(0)..).unwrap_or_default();
+        let top_level = resetting.iter().any(|frame| {
+            frame.body.iter().any(|stmt| stmt.end() <= before && assign_of(stmt, target))
         });
         if top_level {
             return true;
@@ -611,10 +619,30 @@ impl<'a> Checker<'a> {
         let mut found = false;
         walk_scope(
             innermost.body,
-            &mut |stmt| found = found || (stmt.end() <= before && assigns_target(stmt)),
+            &mut |stmt| found = found || (stmt.end() <= before && assign_of(stmt, target)),
             &mut |_| {},
         );
         found
+    }
+
+    /// Whether `target` is reset at the top level of a loop around the training step (once per
+    /// epoch) before `before`: what a finding's help then explains.
+    pub(crate) fn reset_around_step(&self, target: &str, before: TextSize) -> bool {
+        let Some(step) = self.step_loop() else { return false };
+        self.scope.loops.get(..step).unwrap_or_default().iter().any(|frame| {
+            frame.body.iter().any(|stmt| stmt.end() <= before && assign_of(stmt, target))
+        })
+    }
+
+    /// The innermost enclosing loop whose body runs a backward pass (the training step).
+    fn step_loop(&self) -> Option<usize> {
+        self.scope.loops.iter().rposition(|frame| {
+            let (Some(first), Some(last)) = (frame.body.first(), frame.body.last()) else {
+                return false;
+            };
+            let body = TextRange::new(first.start(), last.end());
+            self.scope.backward_offsets.iter().any(|offset| body.contains(*offset))
+        })
     }
 
     /// Whether `offset` lies in an evaluation region of the current scope.
@@ -675,6 +703,17 @@ fn is_plain_value(expr: &Expr) -> bool {
             Expr::Attribute(attribute) => CLEARING_METHODS.contains(&attribute.attr.id.as_str()),
             _ => false,
         },
+        _ => false,
+    }
+}
+
+/// Whether `stmt` plainly assigns `target` (`target = ...`, `target: T = ...`).
+fn assign_of(stmt: &Stmt, target: &str) -> bool {
+    match stmt {
+        Stmt::Assign(assign) => {
+            assign.targets.iter().any(|t| pyast::dotted(t).as_deref() == Some(target))
+        }
+        Stmt::AnnAssign(ann) => pyast::dotted(&ann.target).as_deref() == Some(target),
         _ => false,
     }
 }
@@ -832,8 +871,14 @@ fn direct_exprs<'a>(stmt: &'a Stmt, in_if: bool, imports: &Imports, frame: &mut 
     }
 }
 
+/// Whether a name contains `scaler` in any case, without allocating (called for every name).
+fn mentions_scaler(name: &str) -> bool {
+    name.len() >= 6 && name.as_bytes().windows(6).any(|w| w.eq_ignore_ascii_case(b"scaler"))
+}
+
 fn gather_facts<'a>(body: &'a [Stmt], imports: &Imports) -> FileFacts<'a> {
-    let mut facts = FileFacts::default();
+    let mut facts =
+        FileFacts { modules: crate::modules::module_names(body, imports), ..FileFacts::default() };
     let mut no_grad_bodies: Vec<&'a [Stmt]> = Vec::new();
     pyast::walk_stmts(
         body,
@@ -845,12 +890,10 @@ fn gather_facts<'a>(body: &'a [Stmt], imports: &Imports) -> FileFacts<'a> {
             }
         },
         &mut |expr| match expr {
-            Expr::Name(name) if name.id.as_str().to_ascii_lowercase().contains("scaler") => {
+            Expr::Name(name) if mentions_scaler(name.id.as_str()) => {
                 facts.has_scaler = true;
             }
-            Expr::Attribute(attribute)
-                if attribute.attr.id.as_str().to_ascii_lowercase().contains("scaler") =>
-            {
+            Expr::Attribute(attribute) if mentions_scaler(attribute.attr.id.as_str()) => {
                 facts.has_scaler = true;
             }
             Expr::Call(call) => {

@@ -183,11 +183,24 @@ fn declares_latin1(bytes: &[u8]) -> bool {
 /// everything else unchanged; otherwise its findings are reported as they are and the file is
 /// also listed in [`LintRun::unwritten`] with the reason its fixes were not written.
 pub fn lint_paths(files: &[PathBuf], settings: &Settings, fix: Option<FixMode>) -> LintRun {
+    lint_paths_observed(files, settings, fix, &|_| {})
+}
+
+/// As [`lint_paths`], calling `on_file(lines)` as each file is done (from worker threads), for
+/// a progress display; a skipped file counts as zero lines.
+pub fn lint_paths_observed(
+    files: &[PathBuf],
+    settings: &Settings,
+    fix: Option<FixMode>,
+    on_file: &(dyn Fn(u64) + Sync),
+) -> LintRun {
     let lint_one = |path: &PathBuf| -> (Option<FileReport>, Option<Skipped>) {
-        match lint_file(path, settings, fix) {
+        let result = match lint_file(path, settings, fix) {
             Ok((report, warning)) => (Some(report), warning),
             Err(reason) => (None, Some(Skipped { path: path.clone(), reason })),
-        }
+        };
+        on_file(result.0.as_ref().map_or(0, |r| r.source.line_count() as u64));
+        result
     };
     let results: Vec<(Option<FileReport>, Option<Skipped>)> =
         match rayon::ThreadPoolBuilder::new().stack_size(WORKER_STACK_BYTES).build() {

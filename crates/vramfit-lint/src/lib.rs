@@ -16,6 +16,7 @@ mod checker;
 mod diagnostic;
 mod files;
 mod fix;
+mod modules;
 mod names;
 mod noqa;
 mod notebook;
@@ -29,20 +30,27 @@ mod source;
 use std::path::Path;
 
 pub use diagnostic::{Applicability, Diagnostic, Fix};
-pub use files::{FileReport, LintRun, Skipped, collect_files, lint_paths, read_file};
+pub use files::{
+    FileReport, LintRun, Skipped, collect_files, lint_paths, lint_paths_observed, read_file,
+};
 pub use fix::{FixMode, apply_fixes};
 pub use notebook::{NotebookError, parse_notebook};
 pub use registry::{FixAvailability, RULES, Rule, RuleInfo};
 pub use settings::{ConfigError, LintConfig, Settings, find_pyproject};
 pub use source::{Position, SourceText};
 
-/// A syntax error the parser recovered from; the rest of the file was still checked.
+/// A syntax error the parser recovered from; the rest of the file was still checked. Every
+/// output format reports it as a finding (it cannot be suppressed or deselected), and it makes
+/// `vramfit lint` exit 1, as Ruff does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyntaxError {
-    /// Where.
+    /// Where it starts.
     pub position: Position,
+    /// Where it ends (the same as `position` for an error at one point).
+    pub end: Position,
     /// The parser's message.
     pub message: String,
+    pub(crate) range: pyast::TextRange,
 }
 
 /// The outcome of checking one text.
@@ -74,7 +82,9 @@ pub fn check_source(source: &SourceText, settings: &Settings, path: Option<&Path
         .iter()
         .map(|(range, message)| SyntaxError {
             position: source.position(range.start()),
+            end: source.position(range.end()),
             message: message.replace('\n', " "),
+            range: *range,
         })
         .collect();
     Checked { diagnostics, syntax_errors }

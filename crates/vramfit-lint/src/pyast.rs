@@ -93,6 +93,19 @@ pub(crate) fn dotted(expr: &Expr) -> Option<String> {
     Some(parts.join("."))
 }
 
+/// The leftmost name of a chain of names and attributes: `a` for `a.b.c`.
+fn head_name(expr: &Expr) -> Option<&str> {
+    let mut current = expr;
+    for _ in 0..=32 {
+        match current {
+            Expr::Name(name) => return Some(name.id.as_str()),
+            Expr::Attribute(attribute) => current = &attribute.value,
+            _ => return None,
+        }
+    }
+    None
+}
+
 /// The last segment of a callee: `fc` for `self.fc`, `model` for `model`.
 pub(crate) fn last_segment(expr: &Expr) -> Option<&str> {
     match expr {
@@ -201,6 +214,10 @@ impl Imports {
     /// The qualified name of a name or attribute chain whose head is imported:
     /// `T.cuda.amp.autocast` → `torch.cuda.amp.autocast`. `None` when the head is not imported.
     pub(crate) fn resolve(&self, expr: &Expr) -> Option<String> {
+        // Most callees are not imported names: answer those without building the string.
+        if !self.aliases.contains_key(head_name(expr)?) {
+            return None;
+        }
         let dotted = dotted(expr)?;
         let (head, rest) = match dotted.split_once('.') {
             Some((head, rest)) => (head, Some(rest)),

@@ -156,6 +156,8 @@ mod tests {
         }
         assert!(RULES.windows(2).all(|pair| pair[0].code < pair[1].code));
         assert!(RULES.len() >= 20);
+        // The checker keeps the enabled rules of a file in a u64.
+        assert!(RULES.len() <= 64);
     }
 
     #[test]

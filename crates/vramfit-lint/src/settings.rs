@@ -169,6 +169,9 @@ impl Settings {
             return false;
         }
         let Some(path) = path else { return true };
+        if self.per_file_ignores.is_empty() {
+            return true;
+        }
         let relative = path.strip_prefix(&self.root).unwrap_or(path);
         let relative = relative.strip_prefix(".").unwrap_or(relative);
         !self.per_file_ignores.iter().any(|(glob, by_name, ignored)| {

@@ -49,7 +49,12 @@ impl SourceText {
         &self.text
     }
 
-    /// Whether this is a notebook.
+    /// How many lines the text has (a final line without a newline counts).
+    pub fn line_count(&self) -> usize {
+        self.line_starts.len()
+    }
+
+    /// Whether this is a notebook's joined code cells.
     pub fn is_notebook(&self) -> bool {
         self.cells.is_some()
     }

@@ -13,6 +13,7 @@
 mod commands;
 mod failure;
 mod hints;
+mod progress;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -8,6 +8,12 @@
 //! **Evidence.** `reserved - allocated` ≥ the request, and a noticeable share of the card
 //! (≥ 2% of total capacity and ≥ 64 MiB), read from either message era.
 //!
+//! **Minor.** Cached memory under 10% of what PyTorch reserved ([`MINOR_SHARE`]) is a
+//! footnote when the card is also short: the shortage is the verdict and this diagnosis is
+//! not reported beside it (the cached amount stays in the shortage's evidence). Nor is it
+//! reported when the driver said enough was free (`free_but_refused`): then the driver did
+//! have room for a new segment.
+//!
 //! **Why `empty_cache()` does not help.** Before raising, the allocator already released every
 //! fully free cached segment and retried. `torch.cuda.empty_cache()` does the same and
 //! nothing more: it returns only whole cached segments to the driver and does not free memory
@@ -21,6 +27,16 @@ use super::{Diagnosis, DiagnosisId, percent};
 use crate::bytes::{Bytes, MIB};
 use crate::message::OomMessage;
 use crate::remedy::Remedy;
+
+/// Cached-but-unallocated memory below this share of the reserved memory is minor.
+pub(crate) const MINOR_SHARE: f64 = 0.10;
+
+/// Whether the idle cache is under [`MINOR_SHARE`] of the reserved memory.
+pub(crate) fn is_minor(m: &OomMessage) -> bool {
+    m.reserved_unallocated_bytes
+        .zip(m.reserved_bytes)
+        .is_some_and(|(unallocated, reserved)| unallocated.ratio(reserved) < MINOR_SHARE)
+}
 
 /// Checks one message.
 pub fn check(m: &OomMessage) -> Option<Diagnosis> {

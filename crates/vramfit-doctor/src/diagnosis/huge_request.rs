@@ -38,6 +38,9 @@ pub struct SizeHints {
     pub heads: Option<u64>,
     /// Parameter count.
     pub params: Option<u64>,
+    /// The GPU's usable memory given on the command line (`--gpu`), for messages that do
+    /// not print the card's capacity.
+    pub gpu_capacity: Option<Bytes>,
 }
 
 /// Vocabulary sizes of widely used tokenizers (GPT-2, Llama 1/2/3, Qwen, Gemma, BLOOM,
@@ -59,7 +62,7 @@ pub struct SizeMatch {
 
 /// Checks one message.
 pub fn check(m: &OomMessage, hints: &SizeHints) -> Option<Diagnosis> {
-    let capacity = m.capacity_bytes();
+    let capacity = m.capacity_bytes().or(hints.gpu_capacity);
     if m.requested_over_1eb {
         let d = Diagnosis::new(
             DiagnosisId::HugeRequest,

@@ -5,12 +5,13 @@
 //! Both frameworks grab most of the card up front (JAX 75% by default, TensorFlow all of it
 //! unless memory growth is on), so two processes on one card fail even when each would fit,
 //! and nvidia-smi says little about real use. The request is read from the message; for
-//! TensorFlow it is the shape times the element size.
+//! TensorFlow it is the shape times the element size. MXNet ("cudaMalloc failed: out of
+//! memory" from its pooled storage manager) keeps freed memory in its own pool the same way.
 //!
 //! **Remedies.** Preallocation settings first, then the usual training changes.
 
 use super::{Diagnosis, DiagnosisId};
-use crate::message::{MessageKind, OomMessage};
+use crate::message::{Framework, MessageKind, OomMessage};
 use crate::remedy::Remedy;
 
 /// Checks one message.
@@ -18,6 +19,10 @@ pub fn check(m: &OomMessage) -> Option<Diagnosis> {
     let framework = match m.kind {
         MessageKind::Xla => "JAX/XLA",
         MessageKind::TensorFlow => "TensorFlow",
+        // TensorFlow's stream executor: "failed to allocate ... CUDA_ERROR_OUT_OF_MEMORY".
+        MessageKind::CudaRuntime if m.framework == Framework::Tensorflow => "TensorFlow",
+        MessageKind::Mxnet => "MXNet",
+        MessageKind::Caffe => "Caffe",
         _ => return None,
     };
     let mut d = Diagnosis::new(

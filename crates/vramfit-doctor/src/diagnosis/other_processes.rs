@@ -13,15 +13,46 @@
 //! (0.3–1 GiB), NCCL and cuBLAS buffers; it is reported when it exceeds 1.5 GiB and 10% of
 //! the card.
 //!
+//! **Alone on the card.** What this run would need alone is its live tensors plus the failed
+//! request (`allocated + requested`, or `reserved + requested` when allocated is not printed),
+//! against the card less its CUDA context (this process's non-PyTorch use when printed, at
+//! least 512 MiB). When that fits, the other processes are the cause and this is the primary
+//! verdict: a shortage is not reported beside it. When it does not fit, the run is short even
+//! alone, `real_shortage` comes first and this diagnosis says that stopping the others is not
+//! enough on its own.
+//!
 //! **Remedies.** Stop or move the other processes; run on an idle GPU.
 
 use super::{Diagnosis, DiagnosisId, percent};
-use crate::bytes::{Bytes, GIB};
+use crate::bytes::{Bytes, GIB, MIB};
 use crate::message::{MessageKind, OomMessage};
+use crate::plural::{count, verb};
 use crate::remedy::Remedy;
 
 /// The context and libraries of one process rarely exceed this.
 const CONTEXT_ALLOWANCE: u64 = 3 * GIB;
+
+/// The least CUDA context a process needs beside its tensors.
+const MIN_CONTEXT: u64 = 512 * MIB;
+
+/// What this run would need alone on the card and what the card would give it, when the
+/// message says enough: `(needed, available)`.
+pub(crate) fn alone(m: &OomMessage) -> Option<(Bytes, Bytes)> {
+    let total = m.total_bytes?;
+    let held = m.allocated_bytes.or(m.reserved_bytes)?;
+    let needed = held.saturating_add(m.requested_bytes.unwrap_or_default());
+    let context = match (m.this_process_bytes(), m.reserved_bytes) {
+        (Some(this), Some(reserved)) => this.saturating_sub(reserved).max(Bytes(MIN_CONTEXT)),
+        _ => Bytes(MIN_CONTEXT),
+    };
+    let limit = m.capacity_bytes().unwrap_or(total);
+    Some((needed, limit.saturating_sub(context)))
+}
+
+/// Whether this run would fit alone on the card (`None` when the message cannot tell).
+pub(crate) fn fits_alone(m: &OomMessage) -> Option<bool> {
+    alone(m).map(|(needed, available)| needed <= available)
+}
 
 /// Checks one message.
 pub fn check(m: &OomMessage) -> Option<Diagnosis> {
@@ -71,13 +102,27 @@ pub fn check(m: &OomMessage) -> Option<Diagnosis> {
             "other processes hold {others_sum} ({} of the card)",
             percent(others_sum, total)
         );
-        explanation = format!(
-            "{} other process{} on this GPU use {others_sum} together, memory this run cannot \
-             have. The card was shared when it ran out; the same job alone on the card may well \
-             fit.",
-            others.len(),
-            if others.len() == 1 { "" } else { "es" }
+        let n = others.len() as u64;
+        let together = if n == 1 { "" } else { " together" };
+        let lead = format!(
+            "{} on this GPU {} {others_sum}{together}, memory this run cannot have. The card \
+             was shared when it ran out;",
+            count(n, "other process", "other processes"),
+            verb(n, "uses", "use"),
         );
+        explanation = match alone(m) {
+            Some((needed, available)) if needed > available => format!(
+                "{lead} but even alone this step would need {needed} (its tensors and the \
+                 request) of the {available} the card gives one process, so stopping {} is \
+                 not enough on its own: the step must also need less (see the shortage).",
+                if n == 1 { "it" } else { "them" }
+            ),
+            Some((needed, available)) => format!(
+                "{lead} alone, this step needs {needed} (its tensors and the request) of the \
+                 {available} the card gives one process, so it fits once the card is free."
+            ),
+            None => format!("{lead} the same job alone on the card may well fit."),
+        };
     } else {
         let outside = match m.this_process_bytes() {
             // 2.1+ with its own line: everything not free and not this process.

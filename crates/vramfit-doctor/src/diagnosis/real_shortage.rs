@@ -20,6 +20,20 @@ use crate::bytes::Bytes;
 use crate::message::{MessageKind, OomMessage};
 use crate::remedy::{Remedy, TRAINING_CHANGES, plan_request};
 
+/// Live tensors (with MPS's other allocations) fill at least this share of the capacity.
+pub(crate) const TENSORS_FILL: f64 = 0.75;
+
+/// Free memory at most this share of the capacity is a full card.
+pub(crate) const CARD_FULL: f64 = 0.05;
+
+/// Whether live tensors fill the capacity ([`TENSORS_FILL`] or more of it).
+pub(crate) fn tensors_fill(m: &OomMessage) -> bool {
+    let Some(capacity) = m.capacity_bytes() else { return false };
+    m.allocated_bytes
+        .map(|a| a.saturating_add(m.other_allocations_bytes.unwrap_or_default()))
+        .is_some_and(|u| u.ratio(capacity) >= TENSORS_FILL)
+}
+
 /// Checks one message. With `fallback` (no other diagnosis explains the message), a request
 /// larger than what is free is enough.
 pub fn check(m: &OomMessage, fallback: bool) -> Option<Diagnosis> {
@@ -33,8 +47,9 @@ pub fn check(m: &OomMessage, fallback: bool) -> Option<Diagnosis> {
     if shortfall.is_some_and(|s| s.get() == 0) {
         return None;
     }
-    let tensors_fill = used.is_some_and(|u| u.ratio(capacity) >= 0.75);
-    let card_full = shortfall.is_some() && m.free_bytes.is_some_and(|f| f.ratio(capacity) <= 0.05);
+    let tensors_fill = tensors_fill(m);
+    let card_full =
+        shortfall.is_some() && m.free_bytes.is_some_and(|f| f.ratio(capacity) <= CARD_FULL);
     let does_not_fit = fallback && shortfall.is_some();
     if !tensors_fill && !card_full && !does_not_fit {
         return None;

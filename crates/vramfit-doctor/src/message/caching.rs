@@ -138,15 +138,19 @@ fn parse_parenthesised(w: &mut Window<'_>, m: &mut OomMessage, cached: bool) {
     m.total_bytes = w.size_before(" total capacity;");
     m.allocated_bytes = w.size_before(" already allocated;");
     m.free_bytes = w.size_before(" free;");
-    m.reserved_bytes = if cached {
-        w.size_before(" cached)").or_else(|| w.size_before(" cached"))
+    if cached {
+        // Before 1.5 "cached" is the idle cache (reserved − allocated), not the total: the
+        // messages print less "cached" than "allocated" (8.57 MiB allocated, 4.68 MiB cached).
+        let idle = w.size_before(" cached)").or_else(|| w.size_before(" cached"));
+        m.reserved_unallocated_bytes = idle;
+        m.reserved_bytes = idle.zip(m.allocated_bytes).map(|(c, a)| c.saturating_add(a));
     } else {
-        w.size_before(" reserved in total by PyTorch")
-    };
-    m.reserved_unallocated_bytes = match (m.reserved_bytes, m.allocated_bytes) {
-        (Some(r), Some(a)) => Some(r.saturating_sub(a)),
-        _ => None,
-    };
+        m.reserved_bytes = w.size_before(" reserved in total by PyTorch");
+        m.reserved_unallocated_bytes = match (m.reserved_bytes, m.allocated_bytes) {
+            (Some(r), Some(a)) => Some(r.saturating_sub(a)),
+            _ => None,
+        };
+    }
     m.missing = missing(&[
         ("requested_bytes", m.requested_bytes.is_some() || m.requested_over_1eb),
         ("total_bytes", m.total_bytes.is_some()),

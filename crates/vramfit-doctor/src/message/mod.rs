@@ -41,6 +41,17 @@ pub enum MessageKind {
     Xla,
     /// TensorFlow: "OOM when allocating tensor with shape[...]".
     TensorFlow,
+    /// PyTorch before 1.0: "cuda runtime error (2) : out of memory at .../THCStorage.cu".
+    PytorchLegacy,
+    /// Thrust inside a CUDA extension: "after cudaLaunch in triple_chevron_launcher::launch:
+    /// out of memory".
+    Thrust,
+    /// MXNet: "cudaMalloc failed: out of memory" (also its "retry failed").
+    Mxnet,
+    /// Caffe: "syncedmem.cpp:56] Check failed: error == cudaSuccess (2 vs. 0) out of memory".
+    Caffe,
+    /// Host memory, not the GPU: "DefaultCPUAllocator: can't allocate memory".
+    HostMemory,
     /// An error that mentions memory but is not an out-of-memory error.
     NotOom,
 }
@@ -62,6 +73,11 @@ impl MessageKind {
             MessageKind::Nccl => "NCCL allocation failure",
             MessageKind::Xla => "XLA RESOURCE_EXHAUSTED",
             MessageKind::TensorFlow => "TensorFlow ResourceExhaustedError",
+            MessageKind::PytorchLegacy => "PyTorch 0.x \"cuda runtime error (2)\"",
+            MessageKind::Thrust => "Thrust allocation failure (CUDA extension)",
+            MessageKind::Mxnet => "MXNet storage allocation failure",
+            MessageKind::Caffe => "Caffe cudaMalloc failure (error 2)",
+            MessageKind::HostMemory => "PyTorch CPU allocator (host memory)",
             MessageKind::NotOom => "not an out-of-memory error",
         }
     }
@@ -89,6 +105,10 @@ pub enum Framework {
     Tensorflow,
     /// NCCL, whoever called it.
     Nccl,
+    /// MXNet.
+    Mxnet,
+    /// Caffe (and OpenPose, which builds on it).
+    Caffe,
     /// Not known from the text.
     Unknown,
 }
@@ -243,6 +263,11 @@ enum Parser {
     Nccl,
     Xla,
     TensorFlow,
+    Legacy,
+    Thrust,
+    Mxnet,
+    Caffe,
+    Host,
     NotOom,
 }
 
@@ -256,12 +281,28 @@ const ANCHORS: &[(&str, Parser)] = &[
     ("HIP error: out of memory", Parser::CudaRuntime),
     ("CUDA_ERROR_OUT_OF_MEMORY", Parser::CudaRuntime),
     ("hipErrorOutOfMemory", Parser::CudaRuntime),
+    ("HIP_ERROR_OutOfMemory", Parser::CudaRuntime),
+    ("cuda failed with error 2 out of memory", Parser::CudaRuntime),
+    ("cuda execution failed with error 2", Parser::CudaRuntime),
+    ("error == cudaSuccess (2 vs. 0)", Parser::Caffe),
     ("CUBLAS_STATUS_ALLOC_FAILED", Parser::Cublas),
     ("CUDNN_STATUS_ALLOC_FAILED", Parser::Cudnn),
     ("cudnn_status_alloc_failed", Parser::Cudnn),
     ("NCCL WARN Cuda failure 'out of memory'", Parser::Nccl),
     ("NCCL WARN Failed to CUDA calloc", Parser::Nccl),
     ("Out of memory while trying to allocate", Parser::Xla),
+    ("Failed to allocate request for", Parser::Xla),
+    ("Out of memory allocating", Parser::Xla),
+    ("cuda runtime error (2) : out of memory", Parser::Legacy),
+    ("CUDA runtime error (2) : out of memory", Parser::Legacy),
+    ("Unable to find a valid cuDNN algorithm to run convolution", Parser::Cudnn),
+    ("CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`", Parser::Cublas),
+    ("triple_chevron_launcher::launch: out of memory", Parser::Thrust),
+    ("cudaErrorMemoryAllocation: out of memory", Parser::Thrust),
+    ("cudaMalloc retry failed: out of memory", Parser::Mxnet),
+    ("cudaMalloc failed: out of memory", Parser::Mxnet),
+    ("DefaultCPUAllocator: can't allocate memory", Parser::Host),
+    ("DefaultCPUAllocator: not enough memory", Parser::Host),
     ("OOM when allocating tensor", Parser::TensorFlow),
     ("illegal memory access", Parser::NotOom),
     ("CUBLAS_STATUS_EXECUTION_FAILED", Parser::NotOom),
@@ -318,12 +359,19 @@ pub fn find_messages(input: &str) -> Vec<OomMessage> {
             Parser::Caching => caching::parse(&mut window, before, line),
             Parser::Async => other::parse_async(&mut window, before, line),
             Parser::Mps => other::parse_mps(&mut window, line),
-            Parser::CudaRuntime => other::parse_cuda_runtime(&mut window, line),
+            Parser::CudaRuntime => {
+                other::parse_cuda_runtime(&mut window, prefix(&flat.text, anchor.at, 120), line)
+            }
             Parser::Cublas => other::parse_library(&mut window, line, MessageKind::Cublas),
             Parser::Cudnn => other::parse_library(&mut window, line, MessageKind::Cudnn),
             Parser::Nccl => other::parse_nccl(&mut window, line),
             Parser::Xla => other::parse_xla(&mut window, line),
             Parser::TensorFlow => other::parse_tensorflow(&mut window, line),
+            Parser::Legacy => other::parse_legacy(&mut window, line),
+            Parser::Thrust => other::parse_thrust(&mut window, line),
+            Parser::Mxnet => other::parse_mxnet(&mut window, line),
+            Parser::Caffe => other::parse_caffe(&mut window, line),
+            Parser::Host => other::parse_host(&mut window, line),
             Parser::NotOom => other::parse_not_oom(&mut window, line),
         };
         if let Some(mut message) = parsed {

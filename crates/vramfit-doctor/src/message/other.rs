@@ -63,20 +63,42 @@ pub(super) fn parse_mps(w: &mut Window<'_>, line: usize) -> Option<OomMessage> {
 
 /// "CUDA error: out of memory": a CUDA runtime call (context creation, a kernel launch, a
 /// library outside the caching allocator) failed. No numbers.
-pub(super) fn parse_cuda_runtime(w: &mut Window<'_>, line: usize) -> Option<OomMessage> {
-    let framework = if w.text().contains("CUDA_ERROR_OUT_OF_MEMORY")
-        && w.text().contains("failed to allocate")
+///
+/// TensorFlow's stream executor prints the request before the error: "failed to allocate
+/// 2.96G (3179741184 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY" (`before` is the text
+/// just before the anchor).
+pub(super) fn parse_cuda_runtime(
+    w: &mut Window<'_>,
+    before: &str,
+    line: usize,
+) -> Option<OomMessage> {
+    let tf_request = before.rfind("failed to allocate ").and_then(|at| {
+        let rest = &before[at..];
+        let open = rest.find(" (")? + 2;
+        let digits: String = rest[open..].chars().take_while(char::is_ascii_digit).collect();
+        rest[open + digits.len()..].starts_with(" bytes) from device").then_some(digits)
+    });
+    let framework = if tf_request.is_some()
+        || (w.text().contains("CUDA_ERROR_OUT_OF_MEMORY")
+            && w.text().contains("failed to allocate"))
     {
         Framework::Tensorflow
     } else {
         Framework::Pytorch
     };
     let mut m = OomMessage::new(MessageKind::CudaRuntime, framework, line, w.text());
-    let name =
-        ["CUDA error: out of memory", "HIP error: out of memory", "CUDA_ERROR_OUT_OF_MEMORY"]
-            .into_iter()
-            .find(|n| w.has(n))
-            .unwrap_or("hipErrorOutOfMemory");
+    m.requested_bytes = tf_request.and_then(|d| d.parse::<u64>().ok()).map(Bytes);
+    let name = [
+        "CUDA error: out of memory",
+        "HIP error: out of memory",
+        "CUDA_ERROR_OUT_OF_MEMORY",
+        "HIP_ERROR_OutOfMemory",
+        "cuda failed with error 2 out of memory",
+        "cuda execution failed with error 2",
+    ]
+    .into_iter()
+    .find(|n| w.has(n))
+    .unwrap_or("hipErrorOutOfMemory");
     w.has(name);
     m.error_name = Some(name.to_owned());
     w.has("CUDA_LAUNCH_BLOCKING=1");
@@ -91,15 +113,20 @@ pub(super) fn parse_library(
     kind: MessageKind,
 ) -> Option<OomMessage> {
     let mut m = OomMessage::new(kind, Framework::Pytorch, line, w.text());
-    let name = if kind == MessageKind::Cublas {
-        "CUBLAS_STATUS_ALLOC_FAILED"
+    let names: &[&str] = if kind == MessageKind::Cublas {
+        &["CUBLAS_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_NOT_INITIALIZED"]
     } else {
-        "CUDNN_STATUS_ALLOC_FAILED"
+        &[
+            "CUDNN_STATUS_ALLOC_FAILED",
+            "cudnn_status_alloc_failed",
+            "Unable to find a valid cuDNN algorithm to run convolution",
+        ]
     };
-    if !w.has(name) {
-        w.has("cudnn_status_alloc_failed");
-    }
+    let text = w.text();
+    let name = names.iter().copied().find(|n| text.starts_with(n)).unwrap_or(names[0]);
+    w.has(name);
     w.has("cublasCreate(handle)`");
+    let name = if name == "cudnn_status_alloc_failed" { "CUDNN_STATUS_ALLOC_FAILED" } else { name };
     m.error_name = Some(name.to_owned());
     Some(m)
 }
@@ -113,10 +140,23 @@ pub(super) fn parse_nccl(w: &mut Window<'_>, line: usize) -> Option<OomMessage> 
     Some(m)
 }
 
-/// JAX/XLA: "RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes."
+/// JAX/XLA: "RESOURCE_EXHAUSTED: Out of memory while trying to allocate N bytes.", "Failed to
+/// allocate request for 1.50GiB (1610612736B) on device ordinal 0", "Out of memory allocating
+/// N bytes".
 pub(super) fn parse_xla(w: &mut Window<'_>, line: usize) -> Option<OomMessage> {
     let mut m = OomMessage::new(MessageKind::Xla, Framework::Jax, line, w.text());
-    m.requested_bytes = w.size_after("Out of memory while trying to allocate ");
+    m.requested_bytes = w
+        .size_after("Out of memory while trying to allocate ")
+        .or_else(|| w.size_after("Failed to allocate request for "))
+        .or_else(|| w.size_after("Out of memory allocating "));
+    if let Some(ordinal) = w.text().find("on device ordinal ") {
+        let digits: String =
+            w.text()[ordinal + 18..].chars().take_while(char::is_ascii_digit).collect();
+        if !digits.is_empty() {
+            m.device = Some(format!("gpu:{digits}"));
+            w.consume_to(ordinal + 18 + digits.len());
+        }
+    }
     // BufferAssignment stats, when printed: the program's whole planned footprint.
     if let Some(total) = w.size_after("total allocation:") {
         m.allocated_bytes = Some(total);
@@ -172,6 +212,61 @@ fn tensor_bytes(shape: &[u64], dtype: &str) -> Option<Bytes> {
         _ => return None,
     };
     shape.iter().try_fold(element, |acc, &d| acc.checked_mul(d)).map(Bytes)
+}
+
+/// PyTorch 0.x: "cuda runtime error (2) : out of memory at /pytorch/torch/lib/THC/
+/// generic/THCStorage.cu:58". The allocator printed no numbers then.
+pub(super) fn parse_legacy(w: &mut Window<'_>, line: usize) -> Option<OomMessage> {
+    let mut m = OomMessage::new(MessageKind::PytorchLegacy, Framework::Pytorch, line, w.text());
+    w.has("out of memory");
+    if let Some(at) = w.text().find(" at ") {
+        let file: String = w.text()[at + 4..].chars().take_while(|c| !c.is_whitespace()).collect();
+        w.consume_to(at + 4 + file.len());
+        m.error_name = Some(format!("cuda runtime error (2) at {file}"));
+    } else {
+        m.error_name = Some("cuda runtime error (2)".to_owned());
+    }
+    m.missing = missing(&[("requested_bytes", false), ("total_bytes", false)]);
+    Some(m)
+}
+
+/// Thrust in a CUDA extension: "after cudaLaunch in triple_chevron_launcher::launch: out of
+/// memory", or "cudaErrorMemoryAllocation: out of memory".
+pub(super) fn parse_thrust(w: &mut Window<'_>, line: usize) -> Option<OomMessage> {
+    let mut m = OomMessage::new(MessageKind::Thrust, Framework::Pytorch, line, w.text());
+    w.has("out of memory");
+    m.error_name = Some("Thrust: out of memory".to_owned());
+    Some(m)
+}
+
+/// MXNet: "[12:34:56] src/storage/./pooled_storage_manager.h:143: cudaMalloc failed: out of
+/// memory" (also "cudaMalloc retry failed").
+pub(super) fn parse_mxnet(w: &mut Window<'_>, line: usize) -> Option<OomMessage> {
+    let mut m = OomMessage::new(MessageKind::Mxnet, Framework::Mxnet, line, w.text());
+    w.has("out of memory");
+    m.requested_bytes = w.size_after("Failed to allocate ");
+    m.error_name = Some("cudaMalloc failed: out of memory".to_owned());
+    Some(m)
+}
+
+/// Caffe: "F1207 13:15:15.628818 1771 syncedmem.cpp:56] Check failed: error == cudaSuccess
+/// (2 vs. 0)  out of memory". Caffe has no caching allocator: each blob is one cudaMalloc.
+pub(super) fn parse_caffe(w: &mut Window<'_>, line: usize) -> Option<OomMessage> {
+    let mut m = OomMessage::new(MessageKind::Caffe, Framework::Caffe, line, w.text());
+    w.has("out of memory");
+    m.error_name = Some("Check failed: error == cudaSuccess (2 vs. 0) out of memory".to_owned());
+    Some(m)
+}
+
+/// "DefaultCPUAllocator: can't allocate memory: you tried to allocate 1073741824 bytes.
+/// Error code 12 (Cannot allocate memory)": host RAM, not the GPU.
+pub(super) fn parse_host(w: &mut Window<'_>, line: usize) -> Option<OomMessage> {
+    let mut m = OomMessage::new(MessageKind::HostMemory, Framework::Pytorch, line, w.text());
+    m.device = Some("cpu".to_owned());
+    m.requested_bytes = w.size_after("you tried to allocate ");
+    w.has("(Cannot allocate memory)");
+    m.missing = missing(&[("requested_bytes", m.requested_bytes.is_some())]);
+    Some(m)
 }
 
 /// Errors that mention memory but are not allocation failures.

@@ -18,8 +18,11 @@ pub fn write_report(out: &mut impl Write, report: &Report) -> io::Result<()> {
             writeln!(out)?;
         }
         write_message(out, &finding.message, many.then_some(i + 1))?;
-        for d in &finding.diagnoses {
+        for (j, d) in finding.diagnoses.iter().enumerate() {
             writeln!(out)?;
+            if j == 1 {
+                writeln!(out, "consistent with it, also:")?;
+            }
             write_diagnosis(out, d)?;
         }
         if finding.diagnoses.is_empty() {
@@ -176,8 +179,9 @@ pub fn write_snapshot(
 ) -> io::Result<()> {
     writeln!(
         out,
-        "memory snapshot: {} segments ({} expandable)",
-        report.segments, report.expandable_segments
+        "memory snapshot: {} ({} expandable)",
+        crate::plural::count(report.segments, "segment", "segments"),
+        report.expandable_segments
     )?;
     let rows: [(&str, String); 7] = [
         ("reserved", report.reserved.to_string()),
@@ -235,8 +239,8 @@ pub fn write_snapshot(
         writeln!(out)?;
         writeln!(
             out,
-            "trace: {} events; peak allocated {peak_a}, peak reserved {peak_r} (write the chart with --svg FILE)",
-            report.trace_events
+            "trace: {}; peak allocated {peak_a}, peak reserved {peak_r} (write the chart with --svg FILE)",
+            crate::plural::count(report.trace_events, "event", "events")
         )?;
     }
     Ok(())

@@ -30,8 +30,8 @@ pub fn write_svg(out: &mut impl Write, report: &SnapshotReport) -> io::Result<()
     writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#)?;
     writeln!(
         out,
-        r#"<text x="{LEFT}" y="22" font-size="14">GPU memory over the recorded trace ({} events)</text>"#,
-        report.trace_events
+        r#"<text x="{LEFT}" y="22" font-size="14">GPU memory over the recorded trace ({})</text>"#,
+        crate::plural::count(report.trace_events, "event", "events")
     )?;
     // Axes and four horizontal grid lines labelled in GiB.
     for i in 0..=4 {

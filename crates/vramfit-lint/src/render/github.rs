@@ -3,25 +3,37 @@
 
 use std::io::{self, Write};
 
-use super::{display_path, span};
+use super::{Entry, display_path, entries, span};
 use crate::files::FileReport;
 
-/// Writes one annotation per finding.
+/// Writes one annotation per finding: `::warning` for a rule, `::error` for a syntax error.
 pub fn write_github(out: &mut dyn Write, reports: &[FileReport]) -> io::Result<()> {
     for report in reports {
         let file = escape_property(&display_path(&report.path));
-        for diagnostic in &report.checked.diagnostics {
-            let (start, end) = span(&report.source, diagnostic);
-            let code = diagnostic.rule.code();
+        for entry in entries(report) {
+            let (level, title, start, end, message) = match entry {
+                Entry::Diagnostic(diagnostic) => {
+                    let (start, end) = span(&report.source, diagnostic);
+                    let code = diagnostic.rule.code();
+                    ("warning", code, start, end, format!("{code} {}", diagnostic.message))
+                }
+                Entry::Syntax(error) => (
+                    "error",
+                    "SyntaxError",
+                    error.position,
+                    error.end,
+                    format!("SyntaxError: {}", error.message),
+                ),
+            };
             let cell = start.cell.map(|cell| format!("cell {cell}: ")).unwrap_or_default();
             writeln!(
                 out,
-                "::warning title=vramfit ({code}),file={file},line={},col={},endLine={},endColumn={}::{}",
+                "::{level} title=vramfit ({title}),file={file},line={},col={},endLine={},endColumn={}::{}",
                 start.row,
                 start.column,
                 end.row,
                 end.column,
-                escape_data(&format!("{cell}{code} {}", diagnostic.message)),
+                escape_data(&format!("{cell}{message}")),
             )?;
         }
     }

@@ -1,11 +1,12 @@
 //! JSON output: `{"schema_version": 1, "diagnostics": [...]}`, each finding with Ruff's field
-//! names (`docs/schema/lint.schema.json`).
+//! names (`docs/schema/lint.schema.json`). A syntax error is an item as Ruff writes it: `code`
+//! is `null`, the message starts with `SyntaxError: `, and `name` is `syntax-error`.
 
 use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::{display_path, position, span};
+use super::{Entry, SYNTAX_HELP, display_path, entries, position, span};
 use crate::diagnostic::Applicability;
 use crate::files::FileReport;
 use crate::source::Position;
@@ -21,9 +22,9 @@ struct JsonDocument<'a> {
 
 #[derive(Serialize)]
 struct JsonDiagnostic<'a> {
-    code: &'static str,
+    code: Option<&'static str>,
     name: &'static str,
-    message: &'a str,
+    message: std::borrow::Cow<'a, str>,
     help: &'a str,
     filename: String,
     location: Position,
@@ -49,7 +50,23 @@ struct JsonEdit<'a> {
 pub fn write_json(out: &mut dyn Write, reports: &[FileReport]) -> io::Result<()> {
     let mut items = Vec::new();
     for report in reports {
-        for diagnostic in &report.checked.diagnostics {
+        for entry in entries(report) {
+            let diagnostic = match entry {
+                Entry::Diagnostic(diagnostic) => diagnostic,
+                Entry::Syntax(error) => {
+                    items.push(JsonDiagnostic {
+                        code: None,
+                        name: "syntax-error",
+                        message: format!("SyntaxError: {}", error.message).into(),
+                        help: SYNTAX_HELP,
+                        filename: display_path(&report.path),
+                        location: error.position,
+                        end_location: error.end,
+                        fix: None,
+                    });
+                    continue;
+                }
+            };
             let (location, end_location) = span(&report.source, diagnostic);
             let fix = diagnostic.fix.as_ref().map(|fix| JsonFix {
                 applicability: fix.applicability,
@@ -65,9 +82,9 @@ pub fn write_json(out: &mut dyn Write, reports: &[FileReport]) -> io::Result<()>
                     .collect(),
             });
             items.push(JsonDiagnostic {
-                code: diagnostic.rule.code(),
+                code: Some(diagnostic.rule.code()),
                 name: diagnostic.rule.name(),
-                message: &diagnostic.message,
+                message: diagnostic.message.as_str().into(),
                 help: &diagnostic.help,
                 filename: display_path(&report.path),
                 location,

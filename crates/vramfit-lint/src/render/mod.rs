@@ -10,6 +10,7 @@ mod text;
 
 use std::io::{self, Write};
 
+use crate::SyntaxError;
 use crate::diagnostic::{Applicability, Diagnostic};
 use crate::files::FileReport;
 use crate::pyast::TextSize;
@@ -53,9 +54,11 @@ pub fn write_reports(
 /// Counts for the summary line.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Counts {
-    /// Findings left.
+    /// Findings left (rule diagnostics; syntax errors are counted apart).
     pub diagnostics: usize,
-    /// Files with findings.
+    /// Syntax errors (each also a finding).
+    pub syntax_errors: usize,
+    /// Files with findings or syntax errors.
     pub files_with_findings: usize,
     /// Findings `--fix` would fix.
     pub safe_fixable: usize,
@@ -71,8 +74,10 @@ impl Counts {
         let mut counts = Counts::default();
         for report in reports {
             let diagnostics = &report.checked.diagnostics;
+            let syntax_errors = report.checked.syntax_errors.len();
             counts.diagnostics += diagnostics.len();
-            counts.files_with_findings += usize::from(!diagnostics.is_empty());
+            counts.syntax_errors += syntax_errors;
+            counts.files_with_findings += usize::from(!diagnostics.is_empty() || syntax_errors > 0);
             counts.fixed += report.fixed;
             for diagnostic in diagnostics {
                 match diagnostic.fix.as_ref().map(|fix| fix.applicability) {
@@ -84,6 +89,41 @@ impl Counts {
         }
         counts
     }
+
+    /// Every finding, syntax errors included: nonzero means exit code 1.
+    pub fn findings(&self) -> usize {
+        self.diagnostics + self.syntax_errors
+    }
+}
+
+/// One line of output: a rule's finding or a syntax error.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Entry<'a> {
+    Diagnostic(&'a Diagnostic),
+    Syntax(&'a SyntaxError),
+}
+
+/// What a syntax error's help line says.
+pub(crate) const SYNTAX_HELP: &str =
+    "fix the syntax: the rest of the file was still checked, as far as it could be parsed";
+
+/// A report's findings and syntax errors, in file order (a syntax error first on a tie).
+pub(crate) fn entries(report: &FileReport) -> Vec<Entry<'_>> {
+    let mut entries: Vec<(TextSize, u8, Entry<'_>)> = report
+        .checked
+        .syntax_errors
+        .iter()
+        .map(|error| (error.range.start(), 0, Entry::Syntax(error)))
+        .chain(
+            report
+                .checked
+                .diagnostics
+                .iter()
+                .map(|diagnostic| (diagnostic.range.start(), 1, Entry::Diagnostic(diagnostic))),
+        )
+        .collect();
+    entries.sort_by_key(|(offset, kind, _)| (*offset, *kind));
+    entries.into_iter().map(|(_, _, entry)| entry).collect()
 }
 
 /// Start and end positions of a diagnostic.

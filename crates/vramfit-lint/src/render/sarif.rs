@@ -4,11 +4,14 @@ use std::io::{self, Write};
 
 use serde_json::{Value, json};
 
-use super::{display_path, span};
+use super::{Entry, SYNTAX_HELP, display_path, entries, span};
 use crate::files::FileReport;
 use crate::registry::RULES;
 
 const SCHEMA: &str = "https://json.schemastore.org/sarif-2.1.0.json";
+
+/// The rule id of a syntax error, listed after the lint rules.
+const SYNTAX_RULE: &str = "syntax-error";
 
 /// Writes one SARIF log with one run listing every rule and every finding.
 pub fn write_sarif(out: &mut dyn Write, reports: &[FileReport]) -> io::Result<()> {
@@ -34,16 +37,34 @@ pub fn write_sarif(out: &mut dyn Write, reports: &[FileReport]) -> io::Result<()
                 },
             })
         })
+        .chain(std::iter::once(json!({
+            "id": SYNTAX_RULE,
+            "name": SYNTAX_RULE,
+            "shortDescription": { "text": "The file does not parse as Python." },
+            "fullDescription": { "text": "The file does not parse as Python: the parser recovered and the rest of the file was still checked, but findings near the error may be missing." },
+            "help": { "text": SYNTAX_HELP, "markdown": SYNTAX_HELP },
+            "defaultConfiguration": { "level": "error", "enabled": true },
+        })))
         .collect();
     let mut results = Vec::new();
     for report in reports {
-        for diagnostic in &report.checked.diagnostics {
-            let (start, end) = span(&report.source, diagnostic);
+        for entry in entries(report) {
+            let (rule, index, level, text, start, end) = match entry {
+                Entry::Diagnostic(diagnostic) => {
+                    let (start, end) = span(&report.source, diagnostic);
+                    let text = format!("{} (help: {})", diagnostic.message, diagnostic.help);
+                    (diagnostic.rule.code(), diagnostic.rule as usize, "warning", text, start, end)
+                }
+                Entry::Syntax(error) => {
+                    let text = format!("SyntaxError: {} (help: {SYNTAX_HELP})", error.message);
+                    (SYNTAX_RULE, RULES.len(), "error", text, error.position, error.end)
+                }
+            };
             let mut result = json!({
-                "ruleId": diagnostic.rule.code(),
-                "ruleIndex": diagnostic.rule as usize,
-                "level": "warning",
-                "message": { "text": format!("{} (help: {})", diagnostic.message, diagnostic.help) },
+                "ruleId": rule,
+                "ruleIndex": index,
+                "level": level,
+                "message": { "text": text },
                 "locations": [{
                     "physicalLocation": {
                         "artifactLocation": { "uri": display_path(&report.path) },

@@ -7,7 +7,10 @@ declare_rule! {
     /// ## What it does
     /// Finds a model called in evaluation code (after `model.eval()`, or in a function named
     /// `evaluate`, `validate`, `predict`, `infer`, ... that never calls `backward()`) outside
-    /// `torch.no_grad()` / `torch.inference_mode()`.
+    /// `torch.no_grad()` / `torch.inference_mode()`. A model is whatever the file uses as a
+    /// module (put in `.eval()` / `.train()` mode, its `.parameters()` asked for, moved with
+    /// `.to(device)` as a statement, an instance of an `nn.Module` subclass of the file, a
+    /// `from_pretrained` result), or failing that a model's usual name (`model`, `net`, ...).
     ///
     /// ## Why is this bad?
     /// `model.eval()` changes dropout and batch norm; it does not turn autograd off. Every

@@ -14,6 +14,9 @@ declare_rule! {
     /// grows with every batch, as with `total_loss += loss`. Losses kept "for logging" are the
     /// usual case; predictions kept for metrics also stay on the GPU.
     ///
+    /// Emptying the list at the top of each epoch does not help: it still holds every batch's
+    /// graph until the epoch ends.
+    ///
     /// ## Example
     /// ```python
     /// losses = []
@@ -98,10 +101,17 @@ fn report(checker: &mut Checker, container: &Expr, value: &Expr) {
         return;
     }
     let text = checker.text(value);
+    let per_epoch = if checker.reset_around_step(&name, value.start()) {
+        " (emptying it once per epoch does not stop it growing through the epoch)"
+    } else {
+        ""
+    };
     checker.report(Diagnostic::new(
         Rule::GraphTensorStoredInContainer,
         value.range(),
         format!("`{name}` keeps `{text}` with its autograd graph across iterations"),
-        format!("store `{text}.item()` for a scalar or `{text}.detach().cpu()` for a tensor"),
+        format!(
+            "store `{text}.item()` for a scalar or `{text}.detach().cpu()` for a tensor{per_epoch}"
+        ),
     ));
 }

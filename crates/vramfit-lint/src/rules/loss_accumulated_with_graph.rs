@@ -14,6 +14,10 @@ declare_rule! {
     /// batch until the run dies with an out-of-memory error. The PyTorch FAQ calls this
     /// "accumulating history across your training loop".
     ///
+    /// Resetting the accumulator at the top of each epoch (`total_loss = 0` before the batch
+    /// loop) does not help: it still holds every batch's graph until the epoch ends. Only a
+    /// reset inside the training step, or a value that is itself backpropagated, is clean.
+    ///
     /// ## Example
     /// ```python
     /// total_loss = 0
@@ -102,13 +106,18 @@ fn report_if_accumulating(
         vec![Edit::insert(value.start(), "("), Edit::insert(value.end(), format!(").{method}()"))]
     };
     let fixed = if atomic { format!("{text}.{method}()") } else { format!("({text}).{method}()") };
+    let per_epoch = if checker.reset_around_step(&accumulator, stmt.start()) {
+        " (resetting it once per epoch does not stop it growing through the epoch)"
+    } else {
+        ""
+    };
     let diagnostic = Diagnostic::new(
         Rule::LossAccumulatedWithGraph,
         value.range(),
         format!(
             "`{accumulator}` accumulates `{text}` across iterations with its autograd graph: memory grows every step"
         ),
-        format!("accumulate a number instead: `{fixed}`"),
+        format!("accumulate a number instead: `{fixed}`{per_epoch}"),
     )
     .with_fix(Fix::unsafe_(format!("use `{fixed}`"), edits));
     checker.report(diagnostic);

@@ -2,12 +2,15 @@
 //!
 //! Reads each input (files, or stdin), tells its kind from the content, hands it to
 //! `vramfit_doctor`, and prints the text report or JSON. Exit code 0 when a diagnosis was
-//! made, 2 when an input holds nothing to diagnose or cannot be read.
+//! made, 1 when out-of-memory messages were found but none says enough to diagnose (the
+//! report says what would decide it), 2 when an input holds nothing to diagnose or cannot be
+//! read.
 
 use crate::hints::Hint as _;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Seek, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -16,10 +19,11 @@ use vramfit_doctor::render::{json, text};
 use vramfit_doctor::snapshot::{SnapshotError, SnapshotReport, read_snapshot_seekable, write_svg};
 use vramfit_doctor::stats::{AllocatorStats, parse_stats_json, parse_summary};
 use vramfit_doctor::{
-    Bytes, Diagnosis, InputKind, Prediction, Report, SizeHints, diagnose_log_against,
+    Bytes, Diagnosis, DiagnosisId, InputKind, Prediction, Report, SizeHints, diagnose_log_against,
 };
 
 use super::estimate::{ModelSource, SetupArgs};
+use crate::progress::{CountingReader, Progress, rate};
 use crate::{Failure, Outcome};
 
 /// Arguments of `vramfit doctor`.
@@ -46,6 +50,11 @@ pub struct DoctorArgs {
     /// folded as they are read, so this bounds the shared stack frames and one segment.
     #[arg(long, value_name = "MIB", default_value_t = 1024)]
     max_memory: u64,
+
+    /// No progress line on stderr while a large snapshot is read (it is shown only on a
+    /// terminal, for reads over half a second).
+    #[arg(long, short)]
+    quiet: bool,
 
     /// With --model (or --params), each crash is compared with the estimate of that step.
     #[command(
@@ -99,10 +108,15 @@ struct DoctorJson<'a> {
 /// Runs `vramfit doctor`.
 pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
     let inputs = if args.files.is_empty() { vec![PathBuf::from("-")] } else { args.files.clone() };
+    if let Some(note) = args.setup.gpu_unit_note() {
+        writeln!(anstream::stderr(), "warning: {note}")?;
+    }
     let prediction = predict(&args.setup)?;
+    // Without a model, `--gpu` still gives the capacity a bare message lacks.
+    let hints = SizeHints { gpu_capacity: gpu_capacity(&args.setup)?, ..SizeHints::default() };
     let mut analyses = Vec::with_capacity(inputs.len());
     for path in &inputs {
-        analyses.push(analyse(path, &args, prediction.as_ref())?);
+        analyses.push(analyse(path, &args, &hints, prediction.as_ref())?);
     }
     if let Some(svg_path) = &args.svg {
         let Some(report) = analyses.iter().rev().find_map(|a| match a {
@@ -115,8 +129,7 @@ pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
             ));
         };
         let mut file = io::BufWriter::new(
-            File::create(svg_path)
-                .map_err(|e| Failure::new(format!("cannot write {}: {e}", svg_path.display())))?,
+            File::create(svg_path).map_err(|e| Failure::cannot_write(svg_path, &e))?,
         );
         write_svg(&mut file, report)?;
         file.flush()?;
@@ -149,7 +162,28 @@ pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
         }
     }
     out.flush()?;
-    Ok(Outcome::Success)
+    Ok(if analyses.iter().any(diagnosed) { Outcome::Success } else { Outcome::Negative })
+}
+
+/// Whether an input got a diagnosis: anything but "the message is too short to say".
+fn diagnosed(analysis: &Analysis) -> bool {
+    match analysis {
+        Analysis::Log { report, .. } => {
+            !report.trend.is_empty()
+                || report.messages.iter().any(|finding| {
+                    finding.diagnoses.iter().any(|d| d.id != DiagnosisId::IncompleteMessage)
+                })
+        }
+        Analysis::Stats { .. } | Analysis::Snapshot { .. } => true,
+    }
+}
+
+/// The usable capacity of `--gpu` (less the CUDA context), if given.
+fn gpu_capacity(setup: &SetupArgs) -> Result<Option<Bytes>, Failure> {
+    Ok(match setup.gpu()? {
+        Some(gpu) => Some(Bytes(gpu.cuda_visible().saturating_sub(setup.cuda_context()?).get())),
+        None => None,
+    })
 }
 
 /// What `--format json` prints: one object for one input, an array for several.
@@ -165,7 +199,7 @@ pub fn analyse_text(name: &str, text: &str) -> Result<Analysis, Failure> {
             format!("{name} looks like a memory snapshot pickle, which is not text"),
             "pass the snapshot file to `vramfit doctor FILE`",
         )),
-        kind => analyse_content(name.to_owned(), kind, text, None),
+        kind => analyse_content(name.to_owned(), kind, text, &SizeHints::default(), None),
     }
 }
 
@@ -216,8 +250,13 @@ fn open(path: &PathBuf) -> Result<Opened, Failure> {
     if path.as_os_str() == "-" {
         return Ok(Opened::Stdin(BufReader::new(io::stdin())));
     }
-    let file = File::open(path)
-        .map_err(|e| Failure::new(format!("cannot read {}: {e}", path.display())))?;
+    if path.is_dir() {
+        return Err(Failure::with_hint(
+            format!("cannot read {}: it is a directory", path.display()),
+            "pass the log, message, memory_summary() text, memory_stats() JSON or snapshot file itself",
+        ));
+    }
+    let file = File::open(path).map_err(|e| Failure::cannot_read(path, &e))?;
     Ok(Opened::File(BufReader::with_capacity(1 << 16, file)))
 }
 
@@ -228,10 +267,7 @@ fn predict(setup: &SetupArgs) -> Result<Option<Prediction>, Failure> {
     }
     let train = setup.train_setup()?;
     let bytes = |b: vramfit_core::Bytes| Bytes(b.get());
-    let gpu_capacity = match setup.gpu()? {
-        Some(gpu) => Some(bytes(gpu.cuda_visible().saturating_sub(setup.cuda_context()?))),
-        None => None,
-    };
+    let gpu_capacity = gpu_capacity(setup)?;
     let prediction = match setup.model_source()? {
         ModelSource::Parameters(parameters) => {
             let states = vramfit_core::model_states_for_params(parameters, &train)
@@ -246,7 +282,7 @@ fn predict(setup: &SetupArgs) -> Result<Option<Prediction>, Failure> {
                     ("gradients".to_owned(), bytes(states.gradients)),
                     ("optimizer_state".to_owned(), bytes(states.optimizer_state)),
                 ],
-                hints: SizeHints { params: Some(parameters), ..SizeHints::default() },
+                hints: SizeHints { params: Some(parameters), gpu_capacity, ..SizeHints::default() },
                 gpu_capacity,
             }
         }
@@ -277,6 +313,7 @@ fn predict(setup: &SetupArgs) -> Result<Option<Prediction>, Failure> {
                     heads: Some(spec.n_heads),
                     params: Some(spec.parameter_count()),
                     tokens: None,
+                    gpu_capacity,
                 },
                 gpu_capacity,
             }
@@ -288,6 +325,7 @@ fn predict(setup: &SetupArgs) -> Result<Option<Prediction>, Failure> {
 fn analyse(
     path: &PathBuf,
     args: &DoctorArgs,
+    hints: &SizeHints,
     prediction: Option<&Prediction>,
 ) -> Result<Analysis, Failure> {
     let name =
@@ -305,15 +343,35 @@ fn analyse(
                 max_time: Limits::default().max_time.max(Duration::from_secs(size / (5 << 20))),
                 ..Limits::default()
             };
-            let report = read_snapshot_seekable(file, &limits, args.top)
-                .map_err(|e| snapshot_failure(&name, &e))?;
+            let shown = name.clone();
+            let progress =
+                Progress::start(Progress::wanted(args.quiet), move |rewinds, read, elapsed| {
+                    // Two passes over the file: the first rewind starts the second.
+                    let pass = if rewinds == 0 { 1 } else { 2 };
+                    let of_pass = if rewinds == 0 { read } else { read.saturating_sub(size) };
+                    let percent =
+                        (of_pass.saturating_mul(100)).checked_div(size).unwrap_or(0).min(100);
+                    format!(
+                        "reading {shown}: pass {pass} of 2, {percent}% of {} ({} MiB/s)",
+                        Bytes(size),
+                        rate(read, elapsed) >> 20
+                    )
+                });
+            let counting = CountingReader::new(file.into_inner(), Arc::clone(progress.counters()));
+            let result = read_snapshot_seekable(
+                BufReader::with_capacity(1 << 16, counting),
+                &limits,
+                args.top,
+            );
+            progress.finish();
+            let report = result.map_err(|e| snapshot_failure(&name, &e))?;
             let diagnoses = vramfit_doctor::diagnosis::diagnose_stats(&report.allocator_stats());
             Ok(Analysis::Snapshot { input: name, report, diagnoses })
         }
         kind => {
             let mut bytes = Vec::new();
             input.reader().read_to_end(&mut bytes)?;
-            analyse_content(name, kind, &String::from_utf8_lossy(&bytes), prediction)
+            analyse_content(name, kind, &String::from_utf8_lossy(&bytes), hints, prediction)
         }
     }
 }
@@ -323,22 +381,32 @@ fn analyse_content(
     name: String,
     kind: InputKind,
     content: &str,
+    hints: &SizeHints,
     prediction: Option<&Prediction>,
 ) -> Result<Analysis, Failure> {
     match kind {
         InputKind::StatsJson => {
-            let stats =
-                parse_stats_json(content).map_err(|e| Failure::new(format!("{name}: {e}")))?;
+            let stats = parse_stats_json(content).map_err(|e| {
+                Failure::with_hint(
+                    format!("{name}: {e}"),
+                    "pass torch.cuda.memory_stats() written with json.dump(), whole",
+                )
+            })?;
             let diagnoses = vramfit_doctor::diagnosis::diagnose_stats(&stats);
             Ok(Analysis::Stats { input: name, source: "memory_stats()", stats, diagnoses })
         }
         InputKind::Summary => {
-            let stats = parse_summary(content).map_err(|e| Failure::new(format!("{name}: {e}")))?;
+            let stats = parse_summary(content).map_err(|e| {
+                Failure::with_hint(
+                    format!("{name}: {e}"),
+                    "pass the whole table torch.cuda.memory_summary() prints",
+                )
+            })?;
             let diagnoses = vramfit_doctor::diagnosis::diagnose_stats(&stats);
             Ok(Analysis::Stats { input: name, source: "memory_summary()", stats, diagnoses })
         }
         _ => {
-            let report = diagnose_log_against(content, &SizeHints::default(), prediction)
+            let report = diagnose_log_against(content, hints, prediction)
                 .ok_or_else(|| {
                     Failure::with_hint(
                         format!("no out-of-memory message found in {name}"),
@@ -351,7 +419,10 @@ fn analyse_content(
 }
 
 fn snapshot_failure(name: &str, err: &SnapshotError) -> Failure {
-    let failure = Failure::new(format!("{name}: {err}"));
+    let failure = Failure::with_hint(
+        format!("{name}: {err}"),
+        "pass a snapshot written by torch.cuda.memory._dump_snapshot(), whole and unchanged",
+    );
     match err {
         SnapshotError::Pickle(PickleError::Refused { .. }) => failure.hint(
             "vramfit only reads data pickles such as torch.cuda.memory._dump_snapshot() writes; do not unpickle this file in Python either",

@@ -3,10 +3,13 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use vramfit_lint::render::{self, Counts, Format};
 use vramfit_lint::{FileReport, FixMode, LintConfig, RULES, Rule, Settings, SourceText};
 
+use crate::progress::{Progress, rate, thousands};
 use crate::{Failure, Outcome};
 
 /// Output formats of `vramfit lint`.
@@ -51,6 +54,9 @@ pub struct LintArgs {
     /// Read settings from this pyproject.toml instead of the nearest one with [tool.vramfit].
     #[arg(long, value_name = "PYPROJECT")]
     pub config: Option<PathBuf>,
+    /// No progress line on stderr (it is shown only on a terminal, for runs over half a second).
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 /// Arguments of `vramfit rule`.
@@ -69,7 +75,22 @@ pub fn run(args: LintArgs) -> Result<Outcome, Failure> {
     let (files, mut skipped) = vramfit_lint::collect_files(&args.paths);
     let fix =
         if args.unsafe_fixes { Some(FixMode::Unsafe) } else { args.fix.then_some(FixMode::Safe) };
-    let mut run = vramfit_lint::lint_paths(&files, &settings, fix);
+    let total = files.len() as u64;
+    let progress = Progress::start(Progress::wanted(args.quiet), move |done, lines, elapsed| {
+        format!(
+            "linting {} / {} files, {} lines ({} lines/s)",
+            thousands(done),
+            thousands(total),
+            thousands(lines),
+            thousands(rate(lines, elapsed))
+        )
+    });
+    let counters = Arc::clone(progress.counters());
+    let mut run = vramfit_lint::lint_paths_observed(&files, &settings, fix, &|lines| {
+        counters.items.fetch_add(1, Ordering::Relaxed);
+        counters.amount.fetch_add(lines, Ordering::Relaxed);
+    });
+    progress.finish();
     skipped.append(&mut run.skipped);
 
     let mut stderr = anstream::stderr().lock();
@@ -78,27 +99,6 @@ pub fn run(args: LintArgs) -> Result<Outcome, Failure> {
     }
     for unwritten in &run.unwritten {
         writeln!(stderr, "warning: {}: {}", shown(&unwritten.path), unwritten.reason)?;
-    }
-    for report in &run.reports {
-        let errors = &report.checked.syntax_errors;
-        if let Some(first) = errors.first() {
-            let position = match first.position.cell {
-                Some(cell) => {
-                    format!("cell {cell}:{}:{}", first.position.row, first.position.column)
-                }
-                None => format!("{}:{}", first.position.row, first.position.column),
-            };
-            let more = match errors.len() {
-                1 => String::new(),
-                n => format!(" (and {} more)", n - 1),
-            };
-            writeln!(
-                stderr,
-                "warning: {}:{position}: syntax error: {}{more}; the rest of the file was checked",
-                shown(&report.path),
-                first.message
-            )?;
-        }
     }
     if run.reports.is_empty() && !skipped.is_empty() {
         return Err(Failure::with_hint(
@@ -114,6 +114,15 @@ pub fn run(args: LintArgs) -> Result<Outcome, Failure> {
         OutputFormat::Sarif => Format::Sarif,
         OutputFormat::Github => Format::Github,
     };
+    if files.is_empty() && skipped.is_empty() {
+        let paths: Vec<String> =
+            args.paths.iter().map(|path| format!("`{}`", shown(path))).collect();
+        writeln!(
+            stderr,
+            "warning: nothing was linted: no Python files (.py, .pyw, .ipynb) in {}",
+            paths.join(", ")
+        )?;
+    }
     let counts = Counts::of(&run.reports);
     let mut stdout = anstream::stdout().lock();
     match format {
@@ -124,14 +133,14 @@ pub fn run(args: LintArgs) -> Result<Outcome, Failure> {
         render::write_summary(&mut stdout, counts, run.reports.len())?;
     }
     stdout.flush()?;
-    Ok(if counts.diagnostics > 0 { Outcome::Negative } else { Outcome::Success })
+    Ok(if counts.findings() > 0 { Outcome::Negative } else { Outcome::Success })
 }
 
 /// Lints Python source held in memory and writes what `vramfit lint --format json` prints
 /// for it; `filename` stands for its path. Default settings: there is no `pyproject.toml`.
 pub fn lint_text_json(out: &mut dyn Write, filename: &str, source: String) -> Result<(), Failure> {
     let settings = Settings::resolve(&LintConfig::default(), Path::new("."))
-        .map_err(|err| Failure::new(err.to_string()))?;
+        .map_err(|err| Failure::with_hint(err.to_string(), "lint with the default settings"))?;
     let path = PathBuf::from(filename);
     let source = SourceText::python(source);
     let checked = vramfit_lint::check_source(&source, &settings, Some(&path));
@@ -167,8 +176,8 @@ fn settings(args: &LintArgs) -> Result<Settings, Failure> {
     };
     let (mut config, root) = match &pyproject {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|err| Failure::new(format!("cannot read {}: {err}", path.display())))?;
+            let text =
+                std::fs::read_to_string(path).map_err(|err| Failure::cannot_read(path, &err))?;
             let config = LintConfig::from_pyproject(&text, path)
                 .map_err(|err| Failure::with_hint(err.to_string(), "see `vramfit lint --help` and docs/lint.md for the [tool.vramfit.lint] keys"))?
                 .unwrap_or_default();

@@ -235,12 +235,18 @@ fn field_error(err: &clap::Error) -> Failure {
         (Some(field), Some(value)) => {
             let reason =
                 std::error::Error::source(err).map(|e| format!(": {e}")).unwrap_or_default();
-            Failure::new(format!("invalid value '{value}' for `{field}`{reason}"))
+            Failure::with_hint(
+                format!("invalid value '{value}' for `{field}`{reason}"),
+                format!("see `vramfit estimate --help` for the values `{field}` takes"),
+            )
         }
         _ => {
             let text = err.render().to_string();
             let first = text.lines().next().unwrap_or_default();
-            Failure::new(first.strip_prefix("error: ").unwrap_or(first))
+            Failure::with_hint(
+                first.strip_prefix("error: ").unwrap_or(first),
+                "the fields are estimate's flags with _ for -: see `vramfit estimate --help`",
+            )
         }
     }
 }
@@ -276,7 +282,7 @@ mod tests {
         );
         check(
             json!({"batch": "-1"}),
-            "error: invalid value '-1' for `batch`: invalid digit found in string",
+            "error: invalid value '-1' for `batch`: invalid digit found in string\nhint: see `vramfit estimate --help` for the values `batch` takes",
         );
         check(
             json!({"bacth": 4}),

@@ -61,3 +61,67 @@ fn man_page_is_roff_with_every_subcommand() {
         assert!(page.contains(subcommand), "no {subcommand} in the man page");
     }
 }
+
+/// Every error, whichever subcommand meets it, is one `error:` line, one `hint:` line and exit
+/// code 2: missing inputs, unwritable outputs, missing configuration.
+#[test]
+fn every_error_path_has_a_hint() {
+    let fixtures = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../vramfit-doctor/tests/fixtures");
+    let snapshot = fixtures.join("snapshots/oom_fragmented.pickle");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.py"), "x = 1\n").unwrap();
+    let cases: Vec<(&str, Vec<String>)> = vec![
+        ("doctor: a missing log", vec!["doctor".into(), "missing.log".into()]),
+        ("doctor: a directory", vec!["doctor".into(), ".".into()]),
+        (
+            "doctor: --svg in a missing folder",
+            vec![
+                "doctor".into(),
+                snapshot.display().to_string(),
+                "--svg".into(),
+                "/nonexistent/x.svg".into(),
+            ],
+        ),
+        (
+            "doctor: --gpu without a unit",
+            vec!["doctor".into(), "--params".into(), "1B".into(), "--gpu".into(), "24".into()],
+        ),
+        ("lint: --config missing", vec!["lint".into(), "--config".into(), "missing.toml".into()]),
+        ("lint: a missing path", vec!["lint".into(), "missing.py".into()]),
+        (
+            "estimate: --svg in a missing folder",
+            vec![
+                "estimate".into(),
+                "--model".into(),
+                "gpt2".into(),
+                "--svg".into(),
+                "/nonexistent/x.svg".into(),
+            ],
+        ),
+        (
+            "estimate: a missing config.json",
+            vec!["estimate".into(), "--model".into(), "missing/config.json".into()],
+        ),
+    ];
+    let mut transcript = String::new();
+    for (what, args) in cases {
+        let output = vramfit()
+            .current_dir(dir.path())
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr)
+            .replace(fixtures.to_str().unwrap(), "[FIXTURES]");
+        assert_eq!(output.status.code(), Some(2), "{what}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.starts_with("warning: ")).collect();
+        assert!(
+            lines.len() == 2 && lines[0].starts_with("error: ") && lines[1].starts_with("hint: "),
+            "{what}: {stderr}"
+        );
+        let command = args.join(" ").replace(fixtures.to_str().unwrap(), "[FIXTURES]");
+        transcript.push_str(&format!("# vramfit {command}\n{stderr}"));
+    }
+    insta::assert_snapshot!(transcript);
+}

@@ -166,3 +166,23 @@ fn the_forum_threads_bare_message_with_the_setup() {
             .pass_stdin("RuntimeError: CUDA out of memory. Tried to allocate 2.50 GiB\n")
     );
 }
+
+/// The forum thread quotes only "Tried to allocate 2.50 GiB": the report says what that
+/// allows, asks for what would decide it, and exits 1 (no diagnosis), as documented.
+#[test]
+fn a_bare_message_says_what_would_decide_it_and_exits_1() {
+    let text = "RuntimeError: CUDA out of memory. Tried to allocate 2.50 GiB\n";
+    assert_cmd_snapshot!(doctor().pass_stdin(text));
+    assert_cmd_snapshot!(doctor().args(["--gpu", "rtx-3080"]).pass_stdin(text));
+}
+
+#[test]
+fn a_snapshot_read_on_a_pipe_shows_no_progress() {
+    for args in
+        [&["snapshots/oom_fragmented.pickle"][..], &["-q", "snapshots/oom_fragmented.pickle"]]
+    {
+        let output = doctor().args(args).output().unwrap();
+        assert!(output.status.success());
+        assert!(output.stderr.is_empty(), "{}", String::from_utf8_lossy(&output.stderr));
+    }
+}

@@ -212,6 +212,12 @@ fn bad_input_is_one_error_line_a_hint_and_exit_2() {
         ),
         ("grad-accum 0", vec!["--model".into(), "gpt2".into(), "--grad-accum".into(), "0".into()]),
         ("unknown gpu", vec!["--model".into(), "gpt2".into(), "--gpu".into(), "rtx-9999".into()]),
+        ("gpu without a unit", vec!["--model".into(), "gpt2".into(), "--gpu".into(), "24".into()]),
+        ("gpu in bytes", vec!["--model".into(), "gpt2".into(), "--gpu".into(), "24B".into()]),
+        (
+            "svg in a missing folder",
+            vec!["--model".into(), "gpt2".into(), "--svg".into(), "/nonexistent/x.svg".into()],
+        ),
         (
             "unknown optimizer",
             vec!["--model".into(), "gpt2".into(), "--optimizer".into(), "adamq".into()],
@@ -279,4 +285,10 @@ fn svg_needs_a_model() {
     error: --svg needs a model: a bare parameter count has no step to draw
     hint: pass --model NAME, a config.json or ORG/NAME instead of --params
     ");
+}
+
+/// `24GB` is decimal (24×10⁹ bytes = 22.35 GiB): the capacity line and a warning say so.
+#[test]
+fn a_decimal_gpu_capacity_is_said_to_be_decimal() {
+    assert_cmd_snapshot!(vramfit().args(["estimate", "--params", "1B", "--gpu", "24GB"]));
 }

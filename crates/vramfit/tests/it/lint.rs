@@ -155,11 +155,73 @@ fn nothing_lintable_exits_2() {
     assert_cmd_snapshot!(lint_in(dir.path()));
 }
 
+const BROKEN: &str = "def broken(:\n    pass\ntotal = 0\nfor x in data:\n    loss = criterion(model(x))\n    loss.backward()\n    total += loss\n";
+
 #[test]
 fn syntax_errors_are_reported_and_the_rest_checked() {
-    let code = "def broken(:\n    pass\ntotal = 0\nfor x in data:\n    loss = criterion(model(x))\n    loss.backward()\n    total += loss\n";
-    let dir = project(&[("broken.py", code.as_bytes())]);
+    let dir = project(&[("broken.py", BROKEN.as_bytes())]);
     assert_cmd_snapshot!(lint_in(dir.path()).args(["--format", "concise"]));
+}
+
+#[test]
+fn a_file_that_does_not_parse_is_a_finding_in_text() {
+    let dir = project(&[("broken.py", b"def broken(:\n    pass\n")]);
+    assert_cmd_snapshot!(lint_in(dir.path()).arg("broken.py"));
+}
+
+#[test]
+fn a_file_that_does_not_parse_is_a_finding_in_json() {
+    let dir = project(&[("broken.py", BROKEN.as_bytes())]);
+    assert_cmd_snapshot!(lint_in(dir.path()).args(["--format", "json", "broken.py"]));
+}
+
+#[test]
+fn a_file_that_does_not_parse_is_a_finding_in_github() {
+    let dir = project(&[("broken.py", BROKEN.as_bytes())]);
+    assert_cmd_snapshot!(lint_in(dir.path()).args(["--format", "github", "broken.py"]));
+}
+
+#[test]
+fn a_file_that_does_not_parse_is_a_finding_in_sarif() {
+    let dir = project(&[("broken.py", b"def broken(:\n    pass\n")]);
+    let output = lint_in(dir.path()).args(["--format", "sarif", "broken.py"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let log: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let run = &log["runs"][0];
+    let results = run["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{results:#?}");
+    for result in results {
+        assert_eq!(result["ruleId"], "syntax-error");
+        assert_eq!(result["level"], "error");
+        let index = usize::try_from(result["ruleIndex"].as_u64().unwrap()).unwrap();
+        assert_eq!(run["tool"]["driver"]["rules"][index]["id"], "syntax-error");
+    }
+    assert!(results[0]["message"]["text"].as_str().unwrap().starts_with("SyntaxError: "));
+    assert_eq!(results[0]["locations"][0]["physicalLocation"]["region"]["startLine"], 1);
+    assert!(output.stderr.is_empty(), "{}", String::from_utf8_lossy(&output.stderr));
+}
+
+#[test]
+fn a_syntax_error_cannot_be_suppressed_or_deselected() {
+    let dir = project(&[("broken.py", b"x = (1,  # noqa\n")]);
+    let output =
+        lint_in(dir.path()).args(["--select", "MEM502", "--format", "concise"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(stdout.starts_with("broken.py:"), "{stdout}");
+    assert!(stdout.contains(": SyntaxError: "), "{stdout}");
+}
+
+#[test]
+fn an_empty_directory_says_nothing_was_linted() {
+    let dir = project(&[]);
+    assert_cmd_snapshot!(lint_in(dir.path()));
+}
+
+#[test]
+fn a_directory_without_python_files_says_nothing_was_linted() {
+    let dir = project(&[("docs/README.md", b"# notes\n"), ("data/train.csv", b"a,b\n")]);
+    assert_cmd_snapshot!(lint_in(dir.path()).args(["--format", "json", "data", "docs"]));
 }
 
 #[test]
@@ -205,4 +267,24 @@ fn rule_lists_all_rules() {
 #[test]
 fn unknown_rule_is_an_error() {
     assert_cmd_snapshot!(vramfit().args(["rule", "MEM999"]));
+}
+
+/// The progress line is for terminals only: on a pipe (as here) stderr stays empty, with or
+/// without `--quiet`.
+#[test]
+fn no_progress_on_a_pipe_or_with_quiet() {
+    let files: Vec<(String, &[u8])> =
+        (0..400).map(|i| (format!("pkg/m{i}.py"), TRAIN.as_bytes())).collect();
+    let files: Vec<(&str, &[u8])> = files.iter().map(|(p, c)| (p.as_str(), *c)).collect();
+    let dir = project(&files);
+    for quiet in [false, true] {
+        let mut cmd = lint_in(dir.path());
+        cmd.args(["--format", "concise"]);
+        if quiet {
+            cmd.arg("--quiet");
+        }
+        let output = cmd.output().unwrap();
+        assert_eq!(output.status.code(), Some(1));
+        assert!(output.stderr.is_empty(), "{}", String::from_utf8_lossy(&output.stderr));
+    }
 }

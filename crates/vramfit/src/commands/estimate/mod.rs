@@ -135,8 +135,7 @@ fn write_chart(path: &PathBuf, report: &Report) -> Result<(), Failure> {
     if !matches!(report, Report::Full { timeline: Some(_), .. }) {
         return Err(no_chart());
     }
-    let file = File::create(path)
-        .map_err(|e| Failure::new(format!("cannot write {}: {e}", path.display())))?;
+    let file = File::create(path).map_err(|e| Failure::cannot_write(path, &e))?;
     let mut out = BufWriter::new(file);
     render_svg(&mut out, report)?;
     out.flush()?;
@@ -179,7 +178,7 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
     let setup = args.train_setup()?;
     let gpu = args.gpu()?;
     let context = args.cuda_context()?;
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = args.gpu_unit_note().into_iter().collect();
     if let Some(gpu) = &gpu
         && gpu.lacks_bf16()
         && setup.precision.needs_bf16()
@@ -194,7 +193,7 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
         ModelSource::Parameters(parameters) => {
             let states = vramfit_core::model_states_for_params(parameters, &setup)
                 .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
-            let verdict = gpu.map(|g| verdict(&g, context, states.total, None));
+            let verdict = gpu.map(|g| verdict(&g, args, context, states.total, None));
             Ok(Report::StatesOnly { parameters, setup, states, verdict, warnings })
         }
         ModelSource::Spec { label, spec } => {
@@ -211,7 +210,7 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
                     let capacity = g.cuda_visible().saturating_sub(context);
                     let max = vramfit_core::max_micro_batch(&spec, &setup, capacity)
                         .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
-                    Some(verdict(&g, context, estimate.peak_allocated, Some(max)))
+                    Some(verdict(&g, args, context, estimate.peak_allocated, Some(max)))
                 }
                 None => None,
             };
@@ -227,11 +226,21 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
     }
 }
 
-fn verdict(gpu: &GpuChoice, context: Bytes, peak: Bytes, max: Option<u64>) -> Verdict {
+fn verdict(
+    gpu: &GpuChoice,
+    args: &SetupArgs,
+    context: Bytes,
+    peak: Bytes,
+    max: Option<u64>,
+) -> Verdict {
     let visible = gpu.cuda_visible();
     let capacity = visible.saturating_sub(context);
+    let label = match (args.gpu_unit_note(), args.gpu.as_deref()) {
+        (Some(_), Some(text)) => format!("{} ({} read as decimal)", gpu.label(), text.trim()),
+        _ => gpu.label(),
+    };
     Verdict {
-        gpu: gpu.label(),
+        gpu: label,
         cuda_visible_bytes: visible.get(),
         cuda_context_bytes: context.get(),
         capacity_bytes: capacity.get(),

@@ -115,12 +115,49 @@ impl SetupArgs {
         })
     }
 
-    /// The GPU, if one was given.
+    /// The GPU, if one was given. A capacity needs its unit: `--gpu 24` is refused rather than
+    /// read as 24 bytes.
     pub fn gpu(&self) -> Result<Option<GpuChoice>, Failure> {
-        self.gpu
-            .as_deref()
-            .map(|g| gpu::resolve(g).map_err(|e| Failure::with_hint(e.to_string(), e.hint())))
-            .transpose()
+        let Some(text) = self.gpu.as_deref() else { return Ok(None) };
+        let choice = gpu::resolve(text).map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
+        if matches!(choice, GpuChoice::Capacity(_)) && capacity_unit(text).is_none() {
+            let number = text.trim();
+            return Err(Failure::with_hint(
+                format!("--gpu {number} has no unit (it would mean {number} bytes)"),
+                format!(
+                    "write the unit, --gpu {number}GiB (binary) or --gpu {number}GB (decimal, {number}×10⁹ bytes), or a catalog id such as rtx-3090 (vramfit estimate --list-gpus)"
+                ),
+            ));
+        }
+        if let GpuChoice::Capacity(bytes) = choice
+            && bytes < Bytes(SMALLEST_GPU_MIB << 20)
+        {
+            return Err(Failure::with_hint(
+                format!("--gpu {} is {bytes}, smaller than any GPU", text.trim()),
+                "write a GPU's memory with its unit, such as --gpu 24GiB, or a catalog id such as rtx-3090 (vramfit estimate --list-gpus)",
+            ));
+        }
+        Ok(Some(choice))
+    }
+
+    /// A note for the output when `--gpu` was a decimal capacity (`24GB`): it was read as
+    /// powers of ten, which is not what a card's "24 GB" means.
+    pub fn gpu_unit_note(&self) -> Option<String> {
+        let text = self.gpu.as_deref()?;
+        let unit = capacity_unit(text)?;
+        let binary = match unit.to_ascii_lowercase().as_str() {
+            "kb" => "KiB",
+            "mb" => "MiB",
+            "gb" => "GiB",
+            "tb" => "TiB",
+            _ => return None,
+        };
+        let size = parse_size(text)?;
+        let number = text.trim().strip_suffix(unit).unwrap_or(text).trim();
+        Some(format!(
+            "--gpu {}: {unit} is decimal, so {number} {unit} = {size}; a card sold as {number} GB has {number} {binary}, write --gpu {number}{binary}",
+            text.trim()
+        ))
     }
 
     /// The CUDA context budget.
@@ -180,8 +217,7 @@ fn spec_from(label: String, json: &str, origin: &str) -> Result<ModelSource, Fai
 
 fn read_config(path: &Path) -> Result<String, Failure> {
     let path_text = path.display().to_string();
-    let meta = std::fs::metadata(path)
-        .map_err(|e| Failure::new(format!("cannot read {path_text}: {e}")))?;
+    let meta = std::fs::metadata(path).map_err(|e| Failure::cannot_read(path, &e))?;
     // The same limit the parser enforces, checked before reading so weights are never loaded.
     if meta.len() > vramfit_core::hf_config::MAX_CONFIG_BYTES as u64 {
         return Err(Failure::with_hint(
@@ -189,8 +225,7 @@ fn read_config(path: &Path) -> Result<String, Failure> {
             "pass the model's config.json, never its weights",
         ));
     }
-    let bytes =
-        std::fs::read(path).map_err(|e| Failure::new(format!("cannot read {path_text}: {e}")))?;
+    let bytes = std::fs::read(path).map_err(|e| Failure::cannot_read(path, &e))?;
     String::from_utf8(bytes).map_err(|_| {
         Failure::with_hint(
             format!("{path_text} is not UTF-8 text"),
@@ -248,4 +283,16 @@ fn unknown_model(name: &str) -> Failure {
         format!("unknown model '{name}'{suggestion}"),
         "use a built-in name (vramfit estimate --list-models), a path to config.json, or a Hub id ORG/NAME",
     )
+}
+
+/// A `--gpu` capacity below this many MiB is refused as a mistake (`24B`, `24MB` for `24GB`).
+const SMALLEST_GPU_MIB: u64 = 256;
+
+/// The unit of a capacity as written (`GiB` in `24GiB`, `GB` in `24 GB`); `None` when the
+/// text is a bare number or not a capacity.
+fn capacity_unit(text: &str) -> Option<&str> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let unit = text.get(split..)?.trim();
+    (!unit.is_empty()).then_some(unit)
 }

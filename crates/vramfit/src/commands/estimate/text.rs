@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use vramfit_core::{Bytes, TrainSetup, catalog, gpu};
+use vramfit_core::{Bytes, Phase, TrainSetup, catalog, gpu};
 
 use super::{Report, Verdict};
 
@@ -129,6 +129,8 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
             for (name, bytes) in estimate.components_at_peak.entries() {
                 if bytes.get() > 0 {
                     row(out, &name.replace('_', " "), bytes, "")?;
+                } else if name == "gradients" {
+                    row(out, "gradients", bytes, zero_gradients_reason(estimate.peak_phase))?;
                 }
             }
             row(
@@ -183,6 +185,20 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
                 }
             }
             warn(out, warnings)
+        }
+    }
+}
+
+/// Why no gradient is live at the peak although "model states" counts them: they are not yet
+/// computed (`zero_grad()` freed the previous step's, set to `None`).
+fn zero_gradients_reason(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Backward => {
+            "not yet computed: the peak comes early in backward, before the first gradient"
+        }
+        Phase::OptimizerStep => "none live at the peak",
+        Phase::Forward | Phase::Loss => {
+            "not yet computed: the peak comes before backward (zero_grad() freed the last step's)"
         }
     }
 }

@@ -107,8 +107,7 @@ pub fn run(args: MeasureArgs) -> Result<Outcome, Failure> {
         }
     };
     if let Some(path) = &args.record {
-        let file = File::create(path)
-            .map_err(|e| Failure::new(format!("cannot write {}: {e}", path.display())))?;
+        let file = File::create(path).map_err(|e| Failure::cannot_write(path, &e))?;
         backend = Box::new(Recording::new(backend, BufWriter::new(file))?);
     }
     let mut line = live::LiveLine::new();
@@ -224,7 +223,10 @@ fn spawn(
     stdout_to_stderr: bool,
 ) -> Result<std::process::Child, Failure> {
     let Some((program, rest)) = command.split_first() else {
-        return Err(Failure::new("measure needs a command to run"));
+        return Err(Failure::with_hint(
+            "measure needs a command to run",
+            "put the command after --, as in: vramfit measure -- python train.py",
+        ));
     };
     // Ctrl-C reaches the command too (the same process group): it stops the training run,
     // and vramfit outlives it to report what was measured and pass its exit code on.
@@ -294,12 +296,9 @@ fn write_file(
     path: &Path,
     render: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
 ) -> Result<(), Failure> {
-    let file = File::create(path)
-        .map_err(|e| Failure::new(format!("cannot write {}: {e}", path.display())))?;
+    let file = File::create(path).map_err(|e| Failure::cannot_write(path, &e))?;
     let mut out = BufWriter::new(file);
-    render(&mut out)
-        .and_then(|()| out.flush())
-        .map_err(|e| Failure::new(format!("cannot write {}: {e}", path.display())))
+    render(&mut out).and_then(|()| out.flush()).map_err(|e| Failure::cannot_write(path, &e))
 }
 
 /// Tees a backend's samples into a trace file (`--record`).
