@@ -46,6 +46,18 @@ impl Bytes {
         Bytes(self.0.saturating_sub(other.0))
     }
 
+    /// `self + other`, capped at `u64::MAX` (for figures read from outside, where a cap is the
+    /// honest answer).
+    #[must_use]
+    pub fn saturating_add(self, other: Bytes) -> Bytes {
+        Bytes(self.0.saturating_add(other.0))
+    }
+
+    /// `self / other` as a fraction (0 when `other` is zero).
+    pub fn ratio(self, other: Bytes) -> f64 {
+        if other.0 == 0 { 0.0 } else { self.0 as f64 / other.0 as f64 }
+    }
+
     /// `self * factor`, or [`Overflow`].
     pub fn checked_mul(self, factor: u64) -> Result<Bytes, Overflow> {
         self.0.checked_mul(factor).map(Bytes).ok_or(Overflow)

@@ -4,60 +4,14 @@
 //! and the MPS backend print `KB`/`MB`/`GB` for the same binary units, so every unit here is a
 //! power of two. Both `.` and `,` are accepted as the decimal separator.
 
-use std::fmt;
-
-use serde::Serialize;
-
-/// A number of bytes. Prints as GiB, MiB, KiB or bytes (powers of two, never GB).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize)]
-#[serde(transparent)]
-pub struct Bytes(pub u64);
+/// The byte count type of every vramfit crate: the core's [`vramfit_core::Bytes`], which prints
+/// in binary units (GiB, MiB, KiB) like every other vramfit output.
+pub use vramfit_core::Bytes;
 
 /// 2^20 bytes.
-pub const MIB: u64 = 1 << 20;
+pub const MIB: u64 = Bytes::MIB;
 /// 2^30 bytes.
-pub const GIB: u64 = 1 << 30;
-
-impl Bytes {
-    /// The byte count.
-    pub fn get(self) -> u64 {
-        self.0
-    }
-
-    /// `self - other`, or zero when `other` is larger.
-    #[must_use]
-    pub fn saturating_sub(self, other: Bytes) -> Bytes {
-        Bytes(self.0.saturating_sub(other.0))
-    }
-
-    /// `self + other`, capped at `u64::MAX`.
-    #[must_use]
-    pub fn saturating_add(self, other: Bytes) -> Bytes {
-        Bytes(self.0.saturating_add(other.0))
-    }
-
-    /// `self / other` as a fraction (0 when `other` is zero).
-    #[allow(clippy::cast_precision_loss)]
-    pub fn ratio(self, other: Bytes) -> f64 {
-        if other.0 == 0 { 0.0 } else { self.0 as f64 / other.0 as f64 }
-    }
-}
-
-impl fmt::Display for Bytes {
-    #[allow(clippy::cast_precision_loss)]
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.0;
-        if n >= GIB {
-            write!(f, "{:.2} GiB", n as f64 / GIB as f64)
-        } else if n >= MIB {
-            write!(f, "{:.2} MiB", n as f64 / MIB as f64)
-        } else if n >= 1024 {
-            write!(f, "{:.2} KiB", n as f64 / 1024.0)
-        } else {
-            write!(f, "{n} bytes")
-        }
-    }
-}
+pub const GIB: u64 = Bytes::GIB;
 
 /// The multiplier of a size unit as printed by PyTorch, JAX or TensorFlow.
 fn unit_multiplier(unit: &str) -> Option<u64> {
@@ -154,10 +108,11 @@ mod tests {
         assert_eq!(parse_glued_size("0B"), Some(Bytes(0)));
     }
 
+    /// The doctor prints sizes as every vramfit command does (the core's `Bytes`).
     #[test]
     fn prints_binary_units() {
         assert_eq!(Bytes(1_331_439_862).to_string(), "1.24 GiB");
-        assert_eq!(Bytes(20 * MIB).to_string(), "20.00 MiB");
-        assert_eq!(Bytes(512).to_string(), "512 bytes");
+        assert_eq!(Bytes(20 * MIB).to_string(), "20.0 MiB");
+        assert_eq!(Bytes(512).to_string(), "512 B");
     }
 }

@@ -41,7 +41,7 @@ fn the_chart_is_svg_with_both_series() {
     let svg = String::from_utf8(svg).unwrap();
     assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
     assert_eq!(svg.matches("<polyline").count(), 2);
-    assert!(svg.contains("OOM: 768.00 MiB requested"));
+    assert!(svg.contains("OOM: 768.0 MiB requested"));
     assert!(svg.trim_end().ends_with("</svg>"));
 }
 
