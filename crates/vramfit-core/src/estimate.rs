@@ -37,6 +37,9 @@ pub enum EstimateError {
     /// The parameter count is zero.
     #[error("the parameter count must be positive")]
     NoParameters,
+    /// A freeze or LoRA choice the model cannot take.
+    #[error(transparent)]
+    Peft(#[from] crate::peft::PeftError),
 }
 
 impl EstimateError {
@@ -48,6 +51,7 @@ impl EstimateError {
             }
             EstimateError::Overflow => "reduce --batch or --seq-len; no GPU holds this".into(),
             EstimateError::NoParameters => "pass a positive count such as --params 1B".into(),
+            EstimateError::Peft(e) => e.hint(),
         }
     }
 }
@@ -218,6 +222,7 @@ fn warnings(spec: &ModelSpec, setup: &TrainSetup) -> Vec<String> {
     if setup.precision == Precision::Bf16
         && matches!(setup.optimizer, Optimizer::Adam | Optimizer::Adamw)
         && setup.optimizer_state_dtype.is_none()
+        && setup.lora.is_none()
     {
         w.push(
             "pure bf16 with torch Adam keeps bf16 optimizer states (no fp32 master copy)".into(),
@@ -260,6 +265,7 @@ fn run(
     record: Option<usize>,
 ) -> Result<(Estimate, Option<crate::timeline::StepTimeline>), EstimateError> {
     check_setup(setup)?;
+    crate::peft::check(&spec.parameter_layout(), setup)?;
     let mut recorder = record.map(|points| Recorder::new(points, simulated_micro_batches(setup)));
     let observers: Vec<&mut dyn StreamObserver> = match &mut recorder {
         Some(r) => vec![r],
@@ -302,8 +308,8 @@ pub fn model_states_for_params(
     }
     let dtype = setup.precision.param_dtype();
     let weights = params.checked_mul(dtype.size()).ok_or(Overflow)?;
-    let one = crate::optim::Stepped { numel: params, matrix: None };
-    let state = OptimizerRun::new(setup, dtype, vec![one], false)?.persistent_state()?;
+    let one = crate::optim::Stepped { numel: params, matrix: None, dtype };
+    let state = OptimizerRun::new(setup, vec![one], false)?.persistent_state()?;
     let total = weights.checked_mul(2).and_then(|x| x.checked_add(state)).ok_or(Overflow)?;
     Ok(ModelStates {
         parameters: Bytes(weights),

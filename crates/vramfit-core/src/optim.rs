@@ -63,14 +63,17 @@ pub(crate) fn state_dtype(setup: &TrainSetup, param_dtype: DType) -> DType {
 pub(crate) struct Stepped {
     pub(crate) numel: u64,
     pub(crate) matrix: Option<(u64, u64)>,
+    /// The parameter's dtype (the state follows it unless the setup says otherwise).
+    pub(crate) dtype: DType,
 }
 
 /// The optimizer across steps, over the parameters that train (a frozen parameter has no
 /// gradient, so `step()` skips it and creates no state for it).
 pub(crate) struct OptimizerRun {
     opt: Optimizer,
-    dtype: DType,
     params: Vec<Stepped>,
+    /// Each parameter's state dtype.
+    dtypes: Vec<DType>,
     /// Persistent state bytes per parameter (what `state_dict()` holds on the device).
     state_bytes: Vec<u64>,
     state: Vec<Tid>,
@@ -81,18 +84,18 @@ pub(crate) struct OptimizerRun {
 impl OptimizerRun {
     pub(crate) fn new(
         setup: &TrainSetup,
-        param_dtype: DType,
         params: Vec<Stepped>,
         step_counters_on_device: bool,
     ) -> Result<OptimizerRun, Overflow> {
-        let dtype = state_dtype(setup, param_dtype);
+        let dtypes: Vec<DType> = params.iter().map(|p| state_dtype(setup, p.dtype)).collect();
         let state_bytes = params
             .iter()
-            .map(|p| state_bytes(setup.optimizer, p.numel, p.matrix, dtype, false))
+            .zip(&dtypes)
+            .map(|(p, &dtype)| state_bytes(setup.optimizer, p.numel, p.matrix, dtype, false))
             .collect::<Result<_, _>>()?;
         Ok(OptimizerRun {
             opt: setup.optimizer,
-            dtype,
+            dtypes,
             params,
             state_bytes,
             state: Vec::new(),
@@ -126,47 +129,31 @@ impl OptimizerRun {
     /// `optimizer.step()`: creates the state on the first call, then the step's temporaries.
     pub(crate) fn step(&mut self, g: &mut Graph) -> Result<(), Overflow> {
         self.create_state(g)?;
-        let state_size = match self.opt {
-            Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => 0,
-            _ => self.dtype.size(),
-        };
-        let largest = self
+        let eight_bit = matches!(self.opt, Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit);
+        // Each parameter's temporary: its elements in its state dtype.
+        let sizes = self
             .params
             .iter()
-            .map(|p| p.numel)
-            .max()
-            .unwrap_or(0)
-            .checked_mul(state_size)
-            .ok_or(Overflow)?;
+            .zip(&self.dtypes)
+            .map(|(p, d)| {
+                let size = if eight_bit { 0 } else { d.size() };
+                p.numel.checked_mul(size).map(|b| (b, p.matrix.is_some())).ok_or(Overflow)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let largest = sizes.iter().map(|&(b, _)| b).max().unwrap_or(0);
+        let sum = |keep: &dyn Fn(bool) -> bool| {
+            sizes
+                .iter()
+                .filter(|&&(_, m)| keep(m))
+                .try_fold(0u64, |a, &(b, _)| a.checked_add(b))
+                .ok_or(Overflow)
+        };
         // Foreach temporaries, one list at a time.
         let temp: u64 = match self.opt {
             // exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs): one per parameter.
-            Optimizer::Adam | Optimizer::Adamw => self
-                .params
-                .iter()
-                .try_fold(0u64, |a, p| {
-                    p.numel.checked_mul(state_size).and_then(|b| a.checked_add(b))
-                })
-                .ok_or(Overflow)?,
+            Optimizer::Adam | Optimizer::Adamw => sum(&|_| true)?,
             // var_estimates = row_var @ col_var for every matrix (grad dtype).
-            Optimizer::Adafactor => {
-                let mut matrices = 0u64;
-                let mut vectors = 0u64;
-                for &Stepped { numel: n, matrix } in &self.params {
-                    if matrix.is_some() {
-                        matrices = n
-                            .checked_mul(state_size)
-                            .and_then(|b| matrices.checked_add(b))
-                            .ok_or(Overflow)?;
-                    } else {
-                        vectors = n
-                            .checked_mul(state_size)
-                            .and_then(|b| vectors.checked_add(b))
-                            .ok_or(Overflow)?;
-                    }
-                }
-                matrices.max(vectors)
-            }
+            Optimizer::Adafactor => sum(&|m| m)?.max(sum(&|m| !m)?),
             // lion-pytorch: one update tensor at a time.
             Optimizer::Lion => largest,
             _ => 0,

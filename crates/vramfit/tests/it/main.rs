@@ -6,4 +6,5 @@ mod doctor;
 mod estimate;
 mod http;
 mod lint;
+mod peft;
 mod serve;
