@@ -29,6 +29,11 @@ pub enum PeftError {
         /// The model's modules, comma separated.
         available: String,
     },
+    /// `lm_head` on a model whose head is the embedding matrix.
+    #[error(
+        "--modules-to-save 'lm_head': this model ties its head to embed_tokens; the untied copy PEFT makes is not modelled"
+    )]
+    TiedHead,
     /// The rank is zero or absurd.
     #[error("--lora-rank {0} is out of range (1..=65536)")]
     Rank(u64),
@@ -56,6 +61,9 @@ impl PeftError {
                 format!("use all-linear or some of: {available}")
             }
             PeftError::UnknownModule { available, .. } => format!("use some of: {available}"),
+            PeftError::TiedHead => {
+                "drop lm_head from --modules-to-save, or name embed_tokens".into()
+            }
             PeftError::Rank(_) => "typical ranks are 8 to 256".into(),
             PeftError::FreezeLayers { layers, .. } => {
                 format!("give at most layers:{layers}")
@@ -162,6 +170,9 @@ pub fn check(layout: &ParameterLayout, setup: &TrainSetup) -> Result<(), PeftErr
             }
         }
         for module in &lora.modules_to_save {
+            if layout.tied && matches("lm_head", module) {
+                return Err(PeftError::TiedHead);
+            }
             if !decls().any(|d| matches(module_name(d), module)) {
                 return Err(PeftError::UnknownModule {
                     module: module.clone(),

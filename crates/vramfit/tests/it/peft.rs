@@ -102,6 +102,10 @@ fn bad_lora_and_freeze_input_is_one_error_line_a_hint_and_exit_2() {
             "unknown module to save",
             &["--model", "gpt2", "--lora-rank", "8", "--modules-to-save", "score"],
         ),
+        (
+            "lm_head of a tied model",
+            &["--model", "gpt2", "--lora-rank", "8", "--modules-to-save", "lm_head"],
+        ),
         ("freeze with lora", &["--model", "gpt2", "--lora-rank", "8", "--freeze", "embeddings"]),
         ("unknown freeze part", &["--model", "gpt2", "--freeze", "attention"]),
         ("too many frozen layers", &["--model", "gpt2", "--freeze", "layers:13"]),
