@@ -10,16 +10,19 @@ rev=${1:?usage: scripts/bench-core-vs.sh REV}
 tmp=$(mktemp -d)
 trap 'git worktree remove --force "$tmp/tree" >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
 git worktree add -q --detach "$tmp/tree" "$rev"
-build() { # dir target -> path of the bench executable
-    (cd "$1" && CARGO_TARGET_DIR="$2" cargo bench -p vramfit-core --no-run --locked 2>&1) |
-        sed -n 's/.*Executable benches\/estimate.rs (\(.*\))/\1/p' | tail -n 1
+build() { # dir target -> absolute path of the bench executable
+    local path
+    path=$(cd "$1" && CARGO_TARGET_DIR="$2" cargo bench -p vramfit-core --no-run --locked 2>&1 |
+        sed -n 's/.*Executable benches\/estimate.rs (\(.*\))/\1/p' | tail -n 1)
+    (cd "$1" && realpath "$path")
 }
 anchor=$(build "$tmp/tree" "$PWD/target/bench-anchor")
 current=$(build "$PWD" "$PWD/target")
 for name in anchor current; do
     bin=${!name}
     echo "== $name"
-    (cd crates/vramfit-core && "$bin" | head -n 2)
+    (cd crates/vramfit-core && "$bin" > "$tmp/$name.txt")
+    head -n 2 "$tmp/$name.txt"
 done
 if command -v valgrind >/dev/null; then
     count() {

@@ -38,6 +38,9 @@ pub enum EstimateError {
     /// The parameter count is zero.
     #[error("the parameter count must be positive")]
     NoParameters,
+    /// A freeze or LoRA choice the model cannot take.
+    #[error(transparent)]
+    Peft(#[from] crate::peft::PeftError),
 }
 
 impl From<Overflow> for EstimateError {
@@ -205,6 +208,7 @@ fn run(
     record: Option<usize>,
 ) -> Result<(Estimate, Option<crate::timeline::StepTimeline>), EstimateError> {
     check_setup(setup)?;
+    crate::peft::check(&spec.parameter_layout(), setup)?;
     let mut recorder = record.map(|points| Recorder::new(points, simulated_micro_batches(setup)));
     let observers: Vec<&mut dyn StreamObserver> = match &mut recorder {
         Some(r) => vec![r],
@@ -247,8 +251,8 @@ pub fn model_states_for_params(
     }
     let dtype = setup.precision.param_dtype();
     let weights = params.checked_mul(dtype.size()).ok_or(Overflow)?;
-    let one = crate::optim::Stepped { numel: params, matrix: None };
-    let state = OptimizerRun::new(setup, dtype, vec![one], false)?.persistent_state()?;
+    let one = crate::optim::Stepped { numel: params, matrix: None, dtype };
+    let state = OptimizerRun::new(setup, vec![one], false)?.persistent_state()?;
     let total = weights.checked_mul(2).and_then(|x| x.checked_add(state)).ok_or(Overflow)?;
     Ok(ModelStates {
         parameters: Bytes(weights),

@@ -5,7 +5,8 @@
 //! reads files and the environment; everything here is a pure function of its arguments.
 //!
 //! * [`units`] — [`Bytes`] and [`DType`], checked byte arithmetic; [`parse_count`] — `1B`, `7e9`.
-//! * [`setup`] — [`TrainSetup`]: batch, sequence, precision, optimizer, attention, checkpointing.
+//! * [`setup`] — [`TrainSetup`]: batch, sequence, precision, optimizer, attention, checkpointing,
+//!   frozen parts and LoRA; [`peft`] — which parameters train and which linears carry adapters.
 //! * [`gpu`] — the GPU catalog (data file `data/gpus.json`).
 //! * [`hf_config`] and [`model`] — `config.json` → [`ModelSpec`]; [`catalog`] — built-in models;
 //!   [`layout`] — every parameter and buffer of a model, declared once.
@@ -21,6 +22,7 @@ pub mod layout;
 pub mod model;
 #[doc(hidden)]
 pub mod oracle_case;
+pub mod peft;
 pub mod setup;
 pub mod units;
 
@@ -42,7 +44,8 @@ pub use estimate::{
 pub use gpu::{Gpu, GpuCatalogError};
 pub use model::{Architecture, ConfigError, ModelSpec};
 pub use setup::{
-    Attention, Checkpointing, Optimizer, OptimizerImpl, Precision, TrainSetup, UnknownName,
+    Attention, Checkpointing, Freeze, Lora, LoraTargets, Optimizer, OptimizerImpl, Precision,
+    TrainSetup, UnknownName,
 };
 pub use timeline::{Component, Phase, StepTimeline, TimelinePoint};
 pub use units::{Bytes, DType, Overflow};

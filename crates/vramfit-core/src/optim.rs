@@ -63,14 +63,17 @@ pub(crate) fn state_dtype(setup: &TrainSetup, param_dtype: DType) -> DType {
 pub(crate) struct Stepped {
     pub(crate) numel: u64,
     pub(crate) matrix: Option<(u64, u64)>,
+    /// The parameter's dtype (the state follows it unless the setup says otherwise).
+    pub(crate) dtype: DType,
 }
 
 /// The optimizer across steps, over the parameters that train (a frozen parameter has no
 /// gradient, so `step()` skips it and creates no state for it).
 pub(crate) struct OptimizerRun {
     opt: Optimizer,
-    dtype: DType,
     params: Vec<Stepped>,
+    /// Each parameter's state dtype.
+    dtypes: Vec<DType>,
     /// Persistent state bytes per parameter (what `state_dict()` holds on the device).
     state_bytes: Vec<u64>,
     state: Vec<Tid>,
@@ -81,18 +84,18 @@ pub(crate) struct OptimizerRun {
 impl OptimizerRun {
     pub(crate) fn new(
         setup: &TrainSetup,
-        param_dtype: DType,
         params: Vec<Stepped>,
         step_counters_on_device: bool,
     ) -> Result<OptimizerRun, Overflow> {
-        let dtype = state_dtype(setup, param_dtype);
+        let dtypes: Vec<DType> = params.iter().map(|p| state_dtype(setup, p.dtype)).collect();
         let state_bytes = params
             .iter()
-            .map(|p| state_bytes(setup.optimizer, p.numel, p.matrix, dtype, false))
+            .zip(&dtypes)
+            .map(|(p, &dtype)| state_bytes(setup.optimizer, p.numel, p.matrix, dtype, false))
             .collect::<Result<_, _>>()?;
         Ok(OptimizerRun {
             opt: setup.optimizer,
-            dtype,
+            dtypes,
             params,
             state_bytes,
             state: Vec::new(),
@@ -126,23 +129,23 @@ impl OptimizerRun {
     /// `optimizer.step()`: creates the state on the first call, then the step's temporaries.
     pub(crate) fn step(&mut self, g: &mut Graph) -> Result<(), Overflow> {
         self.create_state(g)?;
-        let state_size = match self.opt {
-            Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => 0,
-            _ => self.dtype.size(),
-        };
-        let largest = self
+        let eight_bit = matches!(self.opt, Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit);
+        // Each parameter's temporary: its elements in its state dtype.
+        let sizes = self
             .params
             .iter()
-            .map(|p| p.numel)
-            .max()
-            .unwrap_or(0)
-            .checked_mul(state_size)
-            .ok_or(Overflow)?;
-        let sizes = |matrices: Option<bool>| -> Result<Vec<u64>, Overflow> {
-            self.params
+            .zip(&self.dtypes)
+            .map(|(p, d)| {
+                let size = if eight_bit { 0 } else { d.size() };
+                p.numel.checked_mul(size).map(|b| (b, p.matrix.is_some())).ok_or(Overflow)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let largest = sizes.iter().map(|&(b, _)| b).max().unwrap_or(0);
+        let list = |matrices: Option<bool>| -> Vec<u64> {
+            sizes
                 .iter()
-                .filter(|p| matrices.is_none_or(|m| p.matrix.is_some() == m))
-                .map(|p| p.numel.checked_mul(state_size).ok_or(Overflow))
+                .filter(|&&(_, m)| matrices.is_none_or(|want| m == want))
+                .map(|&(b, _)| b)
                 .collect()
         };
         let total = |list: &[u64]| list.iter().try_fold(0u64, |a, &b| a.checked_add(b));
@@ -151,11 +154,11 @@ impl OptimizerRun {
         let temporaries: Vec<u64> = match (self.implementation, self.opt) {
             (OptimizerImpl::Fused, _) => Vec::new(),
             // exp_avg_sq_sqrt = _foreach_sqrt(exp_avg_sqs): one per parameter.
-            (OptimizerImpl::Foreach, Optimizer::Adam | Optimizer::Adamw) => sizes(None)?,
+            (OptimizerImpl::Foreach, Optimizer::Adam | Optimizer::Adamw) => list(None),
             // var_estimates = row_var @ col_var for every matrix (grad dtype), one list at a
             // time: the matrices', then the vectors'.
             (OptimizerImpl::Foreach, Optimizer::Adafactor) => {
-                let (matrices, vectors) = (sizes(Some(true))?, sizes(Some(false))?);
+                let (matrices, vectors) = (list(Some(true)), list(Some(false)));
                 if total(&matrices) >= total(&vectors) { matrices } else { vectors }
             }
             // Single-tensor Adam: `exp_avg_sq.sqrt() / bias_correction2_sqrt` holds two

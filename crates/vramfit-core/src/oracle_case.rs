@@ -101,6 +101,7 @@ impl OracleCase {
             } else {
                 OptimizerImpl::ForLoop
             },
+            ..TrainSetup::default()
         })
     }
 

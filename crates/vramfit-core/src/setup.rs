@@ -189,6 +189,61 @@ pub struct TrainSetup {
     /// How `torch.optim` runs the step (foreach, the CUDA default, unless told otherwise).
     #[serde(default)]
     pub optimizer_impl: OptimizerImpl,
+    /// Parts frozen in full fine-tuning (`requires_grad_(False)`).
+    #[serde(default, skip_serializing_if = "Freeze::is_none")]
+    pub freeze: Freeze,
+    /// LoRA adapters on a frozen base (PEFT's `get_peft_model`); `None` trains every parameter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<Lora>,
+}
+
+/// Parameters frozen in full fine-tuning: they get no gradient and no optimizer state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct Freeze {
+    /// The embedding tables (and a head tied to them).
+    pub embeddings: bool,
+    /// The first this-many layers.
+    pub first_layers: u64,
+}
+
+impl Freeze {
+    /// Whether anything is frozen.
+    pub fn any(self) -> bool {
+        self.embeddings || self.first_layers > 0
+    }
+
+    fn is_none(&self) -> bool {
+        !self.any()
+    }
+}
+
+/// A `peft.LoraConfig`, as far as memory is concerned.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Lora {
+    /// `r`: the adapters' inner dimension.
+    pub rank: u64,
+    /// `lora_alpha` (scales the update; no memory effect).
+    pub alpha: u64,
+    /// `target_modules`.
+    pub targets: LoraTargets,
+    /// `lora_dropout > 0`: the adapter's input is a dropped copy of the layer's input (only
+    /// whether it is positive matters for memory).
+    pub dropout: bool,
+    /// `modules_to_save`: modules trained in full, as a copy beside the frozen original.
+    pub modules_to_save: Vec<String>,
+}
+
+/// Which linear layers get an adapter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoraTargets {
+    /// PEFT's default for the architecture when `target_modules` is not given: the query and
+    /// value projections (the fused qkv projection where q, k and v are one linear).
+    PeftDefault,
+    /// `"all-linear"`: every `nn.Linear` but the output layer.
+    AllLinear,
+    /// Module names, matched as PEFT does (the name, or a suffix after a dot).
+    Modules(Vec<String>),
 }
 
 /// The implementation `torch.optim` runs `step()` with; it decides the step's temporaries.
@@ -232,6 +287,8 @@ impl Default for TrainSetup {
             checkpointing: Checkpointing::None,
             grad_accum: 1,
             optimizer_impl: OptimizerImpl::Foreach,
+            freeze: Freeze::default(),
+            lora: None,
         }
     }
 }

@@ -95,6 +95,7 @@ pub(crate) fn warnings(spec: &ModelSpec, setup: &TrainSetup) -> Vec<Warning> {
     if setup.precision == Precision::Bf16
         && matches!(setup.optimizer, Optimizer::Adam | Optimizer::Adamw)
         && setup.optimizer_state_dtype.is_none()
+        && setup.lora.is_none()
     {
         w.push(Warning::PureBf16AdamState);
     }

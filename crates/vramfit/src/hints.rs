@@ -19,6 +19,7 @@ impl Hint for EstimateError {
             }
             EstimateError::Overflow => "reduce --batch or --seq-len; no GPU holds this".into(),
             EstimateError::NoParameters => "pass a positive count such as --params 1B".into(),
+            EstimateError::Peft(e) => e.hint(),
         }
     }
 }

@@ -61,12 +61,19 @@ pub(crate) struct Context<'a> {
     pub(crate) autocast: bool,
     /// The device's mechanisms.
     pub(crate) device: &'a Device,
+    /// Each parameter's LoRA adapter (empty until the model is built).
+    pub(crate) adapters: &'a [Option<parameters::Adapter>],
 }
 
 impl Context<'_> {
     /// Dtype of a matmul output given its input's dtype.
     fn mm_out(&self, x: DType) -> DType {
         if self.autocast { self.compute_dtype } else { x }
+    }
+
+    /// The LoRA adapter on a linear weight.
+    fn adapter(&self, w: crate::graph::ParamId) -> Option<parameters::Adapter> {
+        self.adapters.get(w.0).copied().flatten()
     }
 }
 
@@ -218,6 +225,7 @@ impl<'a> Context<'a> {
             compute_dtype: precision.compute_dtype(),
             autocast: precision.autocast(),
             device,
+            adapters: &[],
         })
     }
 }
@@ -233,6 +241,7 @@ fn simulate_micro_batches(
     let cx = Context::new(spec, setup, device)?;
     let mut g = Graph::new(Timeline::new(device.allocation_granularity, observers));
     let model = build_model(&mut g, &cx, layout)?;
+    let cx = Context { adapters: &model.adapters, ..cx };
     for &bytes in device.workspaces {
         g.tl.alloc(Component::Workspace, bytes)?;
     }
@@ -240,14 +249,9 @@ fn simulate_micro_batches(
         .params
         .iter()
         .filter(|p| p.trains)
-        .map(|p| crate::optim::Stepped { numel: p.numel, matrix: p.matrix })
+        .map(|p| crate::optim::Stepped { numel: p.numel, matrix: p.matrix, dtype: p.dtype })
         .collect();
-    let mut opt = crate::optim::OptimizerRun::new(
-        setup,
-        cx.param_dtype,
-        stepped,
-        device.step_counters_on_device,
-    )?;
+    let mut opt = crate::optim::OptimizerRun::new(setup, stepped, device.step_counters_on_device)?;
     let model_states = model_states(&g, &opt)?;
     // The steady state: the optimizer state exists before the forward (the previous step
     // created it). The first iteration of a run is the same stream without that state, and

@@ -23,7 +23,8 @@ pub(super) fn to(g: &mut Graph, x: Tensor, dtype: DType) -> Result<(Tensor, bool
 }
 
 /// `F.linear` (or GPT-2's `Conv1D`, an `addmm`): under autocast the input is cast (a copy per
-/// call) and the weight comes from the cast cache; the node saves both.
+/// call) and the weight comes from the cast cache; the node saves both. A weight that carries
+/// a LoRA adapter adds the adapter's path to the output.
 pub(super) fn linear(
     g: &mut Graph,
     cx: &Context<'_>,
@@ -32,12 +33,43 @@ pub(super) fn linear(
     w: ParamId,
     bias: Option<ParamId>,
 ) -> Result<Tensor> {
-    let (xc, copied) = if cx.autocast { to(g, x, cx.compute_dtype)? } else { (x, false) };
-    let wc = g.weight_for_matmul(w)?;
-    // The bias's cast copy lives in the cache only: addmm's backward needs no bias.
-    if let Some(b) = bias {
-        g.weight_for_matmul(b)?;
+    let y = base_linear(g, cx, x, out_features, w, bias)?;
+    match cx.adapter(w) {
+        Some(adapter) => lora(g, cx, x, y, out_features, adapter),
+        None => Ok(y),
     }
+}
+
+/// The weight's low-precision copy for one matmul: autocast caches the casts of leaf
+/// parameters that require a gradient only, so a frozen weight is cast anew on every call (a
+/// temporary, `true`, that the caller drops after the op; what the node saves lives on).
+fn cast_weight(g: &mut Graph, p: ParamId) -> Result<(Option<crate::timeline::Tid>, bool)> {
+    let state = g.param(p);
+    if state.trains || state.cast_bytes == 0 {
+        return Ok((g.weight_for_matmul(p)?, false));
+    }
+    let bytes = state.cast_bytes;
+    Ok((Some(g.alloc(bytes)?), true))
+}
+
+fn base_linear(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    x: Tensor,
+    out_features: u64,
+    w: ParamId,
+    bias: Option<ParamId>,
+) -> Result<Tensor> {
+    let (xc, copied) = if cx.autocast { to(g, x, cx.compute_dtype)? } else { (x, false) };
+    let (wc, w_temp) = cast_weight(g, w)?;
+    // The bias's cast copy lives in the cache only: addmm's backward needs no bias.
+    let b_temp = match bias {
+        Some(b) => match cast_weight(g, b)? {
+            (Some(t), true) => Some(t),
+            _ => None,
+        },
+        None => None,
+    };
     let odt = cx.mm_out(x.dtype);
     let y = new(g, odt, mul(cx.tokens, out_features)?)?;
     // The weight's gradient needs the input, the input's gradient needs the weight: each is
@@ -57,8 +89,45 @@ pub(super) fn linear(
         grads.push(Grad::ParamCast(b, mul(out_features, odt.size())?));
     }
     g.record(&[y.id], &saved, grads);
+    if w_temp && let Some(t) = wc {
+        g.drop(t);
+    }
+    if let Some(t) = b_temp {
+        g.drop(t);
+    }
     if copied {
         g.drop(xc.id);
+    }
+    Ok(y)
+}
+
+/// PEFT's `lora.Linear.forward` after the base layer: `x` cast to the adapter's dtype,
+/// `result + lora_B(lora_A(dropout(x))) * scaling`, then `result.to(result_dtype)`.
+fn lora(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    x: Tensor,
+    result: Tensor,
+    out_features: u64,
+    adapter: super::parameters::Adapter,
+) -> Result<Tensor> {
+    let (xa, cast) = to(g, x, g.param(adapter.a).dtype)?;
+    let d = if adapter.dropout { dropout(g, cx, xa, 0.5)? } else { xa };
+    let a = base_linear(g, cx, d, adapter.rank, adapter.a, None)?;
+    if d.id != xa.id {
+        g.drop(d.id);
+    }
+    if cast {
+        g.drop(xa.id);
+    }
+    let b = consume(g, a, |g, a| base_linear(g, cx, a, out_features, adapter.b, None))?;
+    let scaled = consume(g, b, |g, b| unary(g, b, b.dtype, Saves::Nothing))?;
+    let sum = add(g, result, scaled)?;
+    g.drop(scaled.id);
+    g.drop(result.id);
+    let (y, copied) = to(g, sum, result.dtype)?;
+    if copied {
+        g.drop(sum.id);
     }
     Ok(y)
 }

@@ -4,7 +4,7 @@
 use super::{Context, Result, mul};
 use crate::graph::{Graph, ParamId};
 use crate::timeline::Component;
-use crate::units::Overflow;
+use crate::units::{DType, Overflow};
 
 /// Parameters of one layer, in use order.
 #[derive(Debug, Clone, Default)]
@@ -22,6 +22,16 @@ pub(crate) struct LayerParams {
     pub(super) mlp_bias: Vec<ParamId>,
 }
 
+/// A LoRA adapter on one linear weight: `lora_A` (`r × in`) and `lora_B` (`out × r`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Adapter {
+    pub(crate) a: ParamId,
+    pub(crate) b: ParamId,
+    pub(crate) rank: u64,
+    /// `lora_dropout > 0`.
+    pub(crate) dropout: bool,
+}
+
 pub(crate) struct Model {
     pub(crate) embed: ParamId,
     pub(crate) positions: Option<ParamId>,
@@ -32,6 +42,8 @@ pub(crate) struct Model {
     pub(crate) mlm: Vec<ParamId>,
     pub(crate) head: ParamId,
     pub(crate) head_bias: Option<ParamId>,
+    /// Each parameter's LoRA adapter, indexed by [`ParamId`].
+    pub(crate) adapters: Vec<Option<Adapter>>,
 }
 
 /// Registers the model's parameters from its layout (resident from the start), then its
@@ -52,15 +64,43 @@ pub(crate) fn build_model(
         mlm: Vec::new(),
         head: ParamId(usize::MAX),
         head_bias: None,
+        adapters: Vec::new(),
     };
+    // PEFT's adapters are fp32 whatever the base (`autocast_adapter_dtype=True`).
+    let adapter_dtype = DType::F32;
     for (layer, decl) in layout.iter() {
         let numel = decl.shape.numel().ok_or(Overflow)?;
         let cast =
             if cx.autocast && decl.matmul { mul(numel, cx.compute_dtype.size())? } else { 0 };
-        let id = g.add_param(numel, cx.param_dtype, decl.trains, cast)?;
+        let lora = cx.setup.lora.as_ref();
+        if lora.is_some_and(|l| crate::peft::saved_in_full(l, decl)) {
+            // ModulesToSaveWrapper: the original stays, frozen; the forward uses a copy.
+            let original = g.add_param(numel, cx.param_dtype, false, 0)?;
+            g.tl.alloc(Component::Parameters, g.param(original).resident)?;
+        }
+        let trains = crate::peft::trains(cx.setup, layer, decl);
+        let id = g.add_param(numel, cx.param_dtype, trains, cast)?;
         g.tl.alloc(Component::Parameters, g.param(id).resident)?;
         if let Some((rows, cols)) = decl.shape.matrix() {
             g.set_matrix(id, rows, cols);
+            if let Some(l) = lora
+                && let Some(rank) = crate::peft::adapter_rank(l, decl)
+            {
+                let mut half = |r: u64, c: u64| -> Result<ParamId> {
+                    let n = mul(r, c)?;
+                    let cast = if cx.autocast { mul(n, cx.compute_dtype.size())? } else { 0 };
+                    let p = g.add_param(n, adapter_dtype, true, cast)?;
+                    g.tl.alloc(Component::Parameters, g.param(p).resident)?;
+                    g.set_matrix(p, r, c);
+                    Ok(p)
+                };
+                let a = half(rank, rows)?;
+                let b = half(cols, rank)?;
+                if model.adapters.len() <= id.0 {
+                    model.adapters.resize(id.0 + 1, None);
+                }
+                model.adapters[id.0] = Some(Adapter { a, b, rank, dropout: l.dropout });
+            }
         }
         match (layer, decl.slot) {
             (None, Slot::Embed) => model.embed = id,

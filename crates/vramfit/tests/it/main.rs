@@ -7,5 +7,6 @@ mod estimate;
 mod http;
 mod lint;
 mod measure;
+mod peft;
 mod schema;
 mod serve;

@@ -51,9 +51,13 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
     let mut obj = Map::new();
     obj.insert("schema_version".into(), json!(SCHEMA_VERSION));
     let (setup, verdict, warnings) = match report {
-        Report::Full { model, setup, estimate, verdict, warnings, .. } => {
+        Report::Full { model, setup, estimate, verdict, warnings, trainable, .. } => {
             obj.insert("model".into(), json!(model));
             obj.insert("parameters".into(), json!(estimate.parameters));
+            if let Some((trainable, total)) = trainable {
+                obj.insert("trainable_parameters".into(), json!(trainable));
+                obj.insert("parameters_with_adapters".into(), json!(total));
+            }
             obj.insert("peak_allocated_bytes".into(), json!(estimate.peak_allocated.get()));
             obj.insert("peak_phase".into(), json!(estimate.peak_phase.name()));
             obj.insert("model_states_bytes".into(), json!(estimate.model_states.get()));

@@ -85,6 +85,8 @@ pub enum Report {
         warnings: Vec<String>,
         /// The step over its events, when a chart was asked for.
         timeline: Option<StepTimeline>,
+        /// `(trainable, total)` parameters with LoRA or frozen parts (total with adapters).
+        trainable: Option<(u64, u64)>,
     },
     /// Only parameters, gradients and optimizer state (from `--params`).
     StatesOnly {
@@ -190,6 +192,12 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
         ));
     }
     match source {
+        ModelSource::Parameters(_) if setup.lora.is_some() || setup.freeze.any() => {
+            Err(Failure::with_hint(
+                "--lora-rank and --freeze need a model: a bare parameter count has no modules",
+                "pass --model NAME, a config.json or ORG/NAME instead of --params",
+            ))
+        }
         ModelSource::Parameters(parameters) => {
             let states = vramfit_core::model_states_for_params(parameters, &setup)
                 .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
@@ -214,7 +222,10 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
                 }
                 None => None,
             };
+            let trainable = (setup.lora.is_some() || setup.freeze.any())
+                .then(|| vramfit_core::peft::parameter_counts(&spec.parameter_layout(), &setup));
             Ok(Report::Full {
+                trainable,
                 model: label,
                 setup,
                 estimate: Box::new(estimate),

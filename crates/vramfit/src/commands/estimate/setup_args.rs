@@ -6,8 +6,8 @@ use std::path::Path;
 use vramfit_core::gpu::{self, DEFAULT_CUDA_CONTEXT, GpuChoice};
 use vramfit_core::units::{parse_count, parse_size};
 use vramfit_core::{
-    Attention, Bytes, Checkpointing, DType, ModelSpec, Optimizer, OptimizerImpl, Precision,
-    TrainSetup, catalog,
+    Attention, Bytes, Checkpointing, DType, Freeze, Lora, LoraTargets, ModelSpec, Optimizer,
+    OptimizerImpl, Precision, TrainSetup, catalog,
 };
 use vramfit_hub::{HubEnv, HubRemote, RepoId};
 
@@ -68,6 +68,34 @@ pub struct SetupArgs {
     #[arg(long, short = 'g', value_name = "NAME|SIZE")]
     pub gpu: Option<String>,
 
+    /// Full fine-tuning with frozen parts, comma separated: `embeddings` (the embedding tables,
+    /// and a head tied to them) and `layers:N` (the first N layers).
+    #[arg(long, value_name = "PARTS")]
+    pub freeze: Option<String>,
+
+    /// LoRA through PEFT: the adapters' rank r. The base model is frozen; only the adapters
+    /// (fp32, as PEFT casts them) and --modules-to-save train.
+    #[arg(long, value_name = "R")]
+    pub lora_rank: Option<u64>,
+
+    /// LoRA's alpha (scales the update; no memory effect). Default 8, as PEFT's.
+    #[arg(long, value_name = "A")]
+    pub lora_alpha: Option<u64>,
+
+    /// Linear modules that get an adapter: `all-linear` or names (`q_proj,v_proj`, matched as
+    /// PEFT does). Default: PEFT's, the query and value projections.
+    #[arg(long, value_name = "NAMES")]
+    pub lora_targets: Option<String>,
+
+    /// LoRA dropout probability; above 0 each adapter keeps a dropped copy of its input.
+    #[arg(long, value_name = "P")]
+    pub lora_dropout: Option<f64>,
+
+    /// Modules trained in full beside the adapters (`lm_head,embed_tokens`): PEFT keeps the
+    /// frozen original and trains a copy.
+    #[arg(long, value_name = "NAMES")]
+    pub modules_to_save: Option<String>,
+
     /// Memory the CUDA context takes outside PyTorch's allocator.
     #[arg(long, default_value = "512MiB", value_name = "SIZE")]
     pub cuda_context: String,
@@ -103,6 +131,8 @@ impl SetupArgs {
             })?),
         };
         Ok(TrainSetup {
+            freeze: self.freeze()?,
+            lora: self.lora()?,
             micro_batch: self.batch,
             seq_len: self.seq_len,
             precision: self.precision.parse::<Precision>().map_err(parse_err)?,
@@ -113,6 +143,70 @@ impl SetupArgs {
             grad_accum: self.grad_accum,
             optimizer_impl: self.optimizer_impl.parse::<OptimizerImpl>().map_err(parse_err)?,
         })
+    }
+
+    fn freeze(&self) -> Result<Freeze, Failure> {
+        let mut freeze = Freeze::default();
+        let Some(text) = &self.freeze else { return Ok(freeze) };
+        for part in text.split(',').map(str::trim) {
+            if part == "embeddings" {
+                freeze.embeddings = true;
+            } else if let Some(n) = part.strip_prefix("layers:").and_then(|n| n.parse().ok()) {
+                freeze.first_layers = n;
+            } else {
+                return Err(Failure::with_hint(
+                    format!("unknown --freeze part '{part}'"),
+                    "use embeddings and/or layers:N, comma separated (--freeze embeddings,layers:4)",
+                ));
+            }
+        }
+        Ok(freeze)
+    }
+
+    fn lora(&self) -> Result<Option<Lora>, Failure> {
+        let names = |text: &str| -> Vec<String> {
+            text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+        };
+        let Some(rank) = self.lora_rank else {
+            let given = [
+                ("--lora-alpha", self.lora_alpha.is_some()),
+                ("--lora-targets", self.lora_targets.is_some()),
+                ("--lora-dropout", self.lora_dropout.is_some()),
+                ("--modules-to-save", self.modules_to_save.is_some()),
+            ];
+            if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
+                return Err(Failure::with_hint(
+                    format!("{flag} needs --lora-rank"),
+                    "pass --lora-rank R (e.g. --lora-rank 16) to train LoRA adapters",
+                ));
+            }
+            return Ok(None);
+        };
+        let dropout = self.lora_dropout.unwrap_or(0.0);
+        if !(0.0..1.0).contains(&dropout) {
+            return Err(Failure::with_hint(
+                format!("--lora-dropout {dropout} is not a probability below 1"),
+                "give a value in [0, 1), such as 0.05",
+            ));
+        }
+        let targets = match self.lora_targets.as_deref().map(str::trim) {
+            None => LoraTargets::PeftDefault,
+            Some("all-linear" | "all_linear") => LoraTargets::AllLinear,
+            Some(text) if names(text).is_empty() => {
+                return Err(Failure::with_hint(
+                    "--lora-targets is empty",
+                    "give module names (q_proj,v_proj) or all-linear",
+                ));
+            }
+            Some(text) => LoraTargets::Modules(names(text)),
+        };
+        Ok(Some(Lora {
+            rank,
+            alpha: self.lora_alpha.unwrap_or(8),
+            targets,
+            dropout: dropout > 0.0,
+            modules_to_save: self.modules_to_save.as_deref().map(names).unwrap_or_default(),
+        }))
     }
 
     /// The GPU, if one was given. A capacity needs its unit: `--gpu 24` is refused rather than

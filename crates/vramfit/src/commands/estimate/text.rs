@@ -34,7 +34,7 @@ pub(crate) fn setup_line(setup: &TrainSetup) -> String {
         String::new()
     };
     format!(
-        "batch {} × {} tokens · {} · {}{} · {} attention · checkpointing {}{}",
+        "batch {} × {} tokens · {} · {}{} · {} attention · checkpointing {}{}{}",
         setup.micro_batch,
         setup.seq_len,
         setup.precision,
@@ -42,8 +42,38 @@ pub(crate) fn setup_line(setup: &TrainSetup) -> String {
         state,
         setup.attention,
         setup.checkpointing,
-        accum
+        accum,
+        tuning(setup)
     )
+}
+
+/// ` · LoRA r=16 on q_proj,v_proj` or ` · frozen embeddings, layers 0–3`; empty otherwise.
+fn tuning(setup: &TrainSetup) -> String {
+    use vramfit_core::LoraTargets;
+    if let Some(l) = &setup.lora {
+        let targets = match &l.targets {
+            LoraTargets::PeftDefault => "q,v (PEFT's default)".to_string(),
+            LoraTargets::AllLinear => "all-linear".to_string(),
+            LoraTargets::Modules(m) => m.join(","),
+        };
+        let dropout = if l.dropout { " · dropout" } else { "" };
+        let save = if l.modules_to_save.is_empty() {
+            String::new()
+        } else {
+            format!(" · full copies of {}", l.modules_to_save.join(","))
+        };
+        return format!(" · LoRA r={} α={} on {targets}{dropout}{save}", l.rank, l.alpha);
+    }
+    let mut parts = Vec::new();
+    if setup.freeze.embeddings {
+        parts.push("embeddings".to_string());
+    }
+    match setup.freeze.first_layers {
+        0 => {}
+        1 => parts.push("layer 0".to_string()),
+        n => parts.push(format!("layers 0–{}", n - 1)),
+    }
+    if parts.is_empty() { String::new() } else { format!(" · frozen {}", parts.join(", ")) }
 }
 
 fn row(out: &mut dyn Write, label: &str, bytes: Bytes, note: &str) -> io::Result<()> {
@@ -115,8 +145,18 @@ fn verdict(out: &mut dyn Write, v: &Verdict, setup: &TrainSetup, states: Bytes) 
 /// Renders a report.
 pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
     match report {
-        Report::Full { model, setup, estimate, verdict: v, warnings, .. } => {
-            writeln!(out, "{model} · {} parameters", count(estimate.parameters))?;
+        Report::Full { model, setup, estimate, verdict: v, warnings, trainable, .. } => {
+            match trainable {
+                Some((trainable, total)) => writeln!(
+                    out,
+                    "{model} · {} parameters · {} trainable ({:.2}% of {})",
+                    count(estimate.parameters),
+                    count(*trainable),
+                    *trainable as f64 * 100.0 / (*total).max(1) as f64,
+                    count(*total)
+                )?,
+                None => writeln!(out, "{model} · {} parameters", count(estimate.parameters))?,
+            }
             writeln!(out, "{}", setup_line(setup))?;
             writeln!(out)?;
             writeln!(

@@ -1,0 +1,128 @@
+//! Integration tests of `vramfit estimate` with LoRA adapters and frozen parts.
+
+use insta_cmd::assert_cmd_snapshot;
+use serde_json::Value;
+
+use crate::cli::vramfit;
+
+fn json(args: &[&str]) -> Value {
+    let output = vramfit().arg("estimate").args(args).args(["--format", "json"]).output().unwrap();
+    assert!(
+        matches!(output.status.code(), Some(0 | 1)),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("valid JSON")
+}
+
+/// "Can I fine-tune Llama-3.1-8B on one 24 GB card with LoRA?": adapters on every linear, a
+/// pure-bf16 base, checkpointing.
+#[test]
+fn lora_on_llama_3_1_8b_on_a_24_gib_card() {
+    assert_cmd_snapshot!(vramfit().args([
+        "estimate",
+        "--model",
+        "llama-3.1-8b",
+        "--precision",
+        "bf16",
+        "--batch",
+        "1",
+        "--seq-len",
+        "2048",
+        "--checkpointing",
+        "full",
+        "--lora-rank",
+        "16",
+        "--lora-alpha",
+        "32",
+        "--lora-targets",
+        "all-linear",
+        "--lora-dropout",
+        "0.05",
+        "--gpu",
+        "rtx-4090",
+    ]));
+}
+
+#[test]
+fn frozen_embeddings_and_first_layers() {
+    assert_cmd_snapshot!(vramfit().args([
+        "estimate",
+        "--model",
+        "llama-3.2-1b",
+        "--batch",
+        "2",
+        "--seq-len",
+        "1024",
+        "--freeze",
+        "embeddings,layers:8",
+    ]));
+}
+
+/// PEFT's `print_trainable_parameters()` for r=16 on all linears of Llama-3-8B:
+/// "trainable params: 41,943,040 || all params: 8,072,204,288".
+#[test]
+fn json_reports_trainable_parameters_as_peft_prints_them() {
+    let v = json(&["--model", "llama-3.1-8b", "--lora-rank", "16", "--lora-targets", "all-linear"]);
+    assert_eq!(v["trainable_parameters"], 41_943_040);
+    assert_eq!(v["parameters_with_adapters"], 8_072_204_288u64);
+    assert_eq!(v["setup"]["lora"]["rank"], 16);
+    assert_eq!(v["setup"]["lora"]["targets"], "all-linear");
+    let full = json(&["--model", "llama-3.1-8b"]);
+    assert!(full.get("trainable_parameters").is_none());
+    assert!(full["setup"].get("lora").is_none() && full["setup"].get("freeze").is_none());
+    assert!(v["model_states_bytes"].as_u64() < full["model_states_bytes"].as_u64());
+}
+
+/// The targets PEFT's default picks (q and v) cost less than all linears, and dropout adds the
+/// adapters' dropped inputs.
+#[test]
+fn more_targets_and_dropout_cost_more() {
+    let base =
+        ["--model", "llama-3.2-1b", "--batch", "2", "--seq-len", "1024", "--lora-rank", "16"];
+    let peak = |extra: &[&str]| {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        json(&args)["peak_allocated_bytes"].as_u64().unwrap()
+    };
+    let qv = peak(&[]);
+    let all = peak(&["--lora-targets", "all-linear"]);
+    let all_dropout = peak(&["--lora-targets", "all-linear", "--lora-dropout", "0.1"]);
+    assert!(qv < all && all < all_dropout, "{qv} {all} {all_dropout}");
+}
+
+#[test]
+fn bad_lora_and_freeze_input_is_one_error_line_a_hint_and_exit_2() {
+    let cases: &[(&str, &[&str])] = &[
+        ("unknown target", &["--model", "gpt2", "--lora-rank", "8", "--lora-targets", "c_attn"]),
+        ("empty targets", &["--model", "gpt2", "--lora-rank", "8", "--lora-targets", ","]),
+        ("rank 0", &["--model", "gpt2", "--lora-rank", "0"]),
+        ("dropout 1", &["--model", "gpt2", "--lora-rank", "8", "--lora-dropout", "1"]),
+        ("alpha alone", &["--model", "gpt2", "--lora-alpha", "16"]),
+        (
+            "unknown module to save",
+            &["--model", "gpt2", "--lora-rank", "8", "--modules-to-save", "score"],
+        ),
+        (
+            "lm_head of a tied model",
+            &["--model", "gpt2", "--lora-rank", "8", "--modules-to-save", "lm_head"],
+        ),
+        ("freeze with lora", &["--model", "gpt2", "--lora-rank", "8", "--freeze", "embeddings"]),
+        ("unknown freeze part", &["--model", "gpt2", "--freeze", "attention"]),
+        ("too many frozen layers", &["--model", "gpt2", "--freeze", "layers:13"]),
+        ("lora on a bare count", &["--params", "1B", "--lora-rank", "8"]),
+    ];
+    let mut transcript = String::new();
+    for (what, args) in cases {
+        let output = vramfit().arg("estimate").args(*args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{what}: {stderr}");
+        assert!(output.stdout.is_empty(), "{what}: printed to stdout");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert!(
+            lines.len() == 2 && lines[0].starts_with("error: ") && lines[1].starts_with("hint: "),
+            "{what}: {stderr}"
+        );
+        transcript.push_str(&format!("# {what}\n{stderr}"));
+    }
+    insta::assert_snapshot!(transcript);
+}
