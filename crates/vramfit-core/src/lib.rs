@@ -5,11 +5,14 @@
 //!
 //! * [`units`] — [`Bytes`] and [`DType`], checked byte arithmetic; [`count`] — `1B`, `7e9`.
 //! * [`setup`] — [`TrainSetup`]: batch, sequence, precision, optimizer, attention, checkpointing.
-//! * [`gpu`] — the GPU catalog (data file `data/gpus.json`).
+//! * [`gpu`] — the GPU catalog (data file `data/gpus.json`); [`card`] — the whole-card verdict.
 //! * [`hf_config`] and [`model`] — `config.json` → [`ModelSpec`]; [`catalog`] — built-in models.
 //! * [`estimate()`] — the simulated training step: a stream of allocations and frees
-//!   (`timeline`, `graph`, `step`, `optim`) whose peak, phase and breakdown are reported.
+//!   (`timeline`, `graph`, `step`, `optim`) whose peak, phase and breakdown are reported;
+//!   [`allocator`] replays it through PyTorch's caching allocator for the reserved peak.
 
+pub mod allocator;
+pub mod card;
 pub mod catalog;
 pub mod count;
 pub mod device;
@@ -28,11 +31,12 @@ mod optim;
 mod step;
 mod timeline;
 
+pub use allocator::{AllocConf, AllocConfError, Reserved, ReservedPeakCause};
 pub use count::parse_count;
 pub use device::{AutocastFp32Ops, Device, SdpaPolicy};
 pub use estimate::{
     Components, Estimate, EstimateError, ModelStates, PhasePeaks, estimate, estimate_on,
-    estimate_timeline, max_micro_batch, model_states_for_params,
+    estimate_timeline, estimate_timeline_on, max_micro_batch, model_states_for_params,
 };
 pub use gpu::{Gpu, GpuCatalogError};
 pub use model::{Architecture, ConfigError, ModelSpec};
