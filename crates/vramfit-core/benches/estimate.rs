@@ -56,6 +56,12 @@ fn main() {
         "estimate llama-3.1-70b b1 s4096 bf16-mixed adamw sdpa ckpt=full: {:.3} ms (budget 5 ms)",
         t70.as_secs_f64() * 1e3
     );
+    let no_allocator = Device { allocator: None, ..Device::CUDA };
+    let t70_alloc = t70.saturating_sub(time_on(&seventy, &setup, &no_allocator));
+    println!(
+        "  of which the caching-allocator replay: {:.3} ms (budget 1 ms)",
+        t70_alloc.as_secs_f64() * 1e3
+    );
     let t70_none =
         time(&seventy, &TrainSetup { checkpointing: Checkpointing::None, ..setup.clone() });
     println!(

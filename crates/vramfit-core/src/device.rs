@@ -54,6 +54,9 @@ pub struct Device {
     /// Library workspaces allocated before the step, in allocation order (cuBLAS: 8.125 MiB
     /// per handle, one for the forward thread and one for autograd's device thread).
     pub workspaces: &'static [u64],
+    /// PyTorch's caching allocator and its `PYTORCH_CUDA_ALLOC_CONF` (`None`: no caching
+    /// allocator, so nothing is reserved beyond what is allocated: the CPU oracle).
+    pub allocator: Option<crate::allocator::AllocConf>,
 }
 
 /// cuBLAS's default workspace for one handle (`CUBLAS_WORKSPACE_CONFIG` unset).
@@ -71,6 +74,7 @@ impl Device {
         step_counters_on_device: false,
         allocation_granularity: 512,
         workspaces: &[CUBLAS_WORKSPACE, CUBLAS_WORKSPACE],
+        allocator: Some(crate::allocator::AllocConf::DEFAULT),
     };
 
     /// The CPU fake-tensor oracle of `validation/oracle.py`.
@@ -84,6 +88,7 @@ impl Device {
         step_counters_on_device: true,
         allocation_granularity: 1,
         workspaces: &[],
+        allocator: None,
     };
 }
 

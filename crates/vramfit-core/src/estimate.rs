@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use crate::allocator::CachingAllocator;
 use crate::device::Device;
 use crate::model::ModelSpec;
 use crate::optim::OptimizerRun;
@@ -156,6 +157,9 @@ pub struct Estimate {
     pub phase_peaks: PhasePeaks,
     /// Trainable parameters.
     pub parameters: u64,
+    /// What PyTorch's caching allocator reserves for the run (`None` on a device without
+    /// one: the CPU oracle).
+    pub reserved: Option<crate::allocator::Reserved>,
     /// Things the user should know (unsupported combinations, caveats).
     pub warnings: Vec<Warning>,
 }
@@ -196,7 +200,17 @@ pub fn estimate_timeline(
     setup: &TrainSetup,
     max_points: usize,
 ) -> Result<(Estimate, crate::timeline::StepTimeline), EstimateError> {
-    let (estimate, timeline) = run(spec, setup, &Device::CUDA, Some(max_points))?;
+    estimate_timeline_on(spec, setup, &Device::CUDA, max_points)
+}
+
+/// As [`estimate_timeline`], on the given device (a CUDA GPU with its allocator settings).
+pub fn estimate_timeline_on(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    device: &Device,
+    max_points: usize,
+) -> Result<(Estimate, crate::timeline::StepTimeline), EstimateError> {
+    let (estimate, timeline) = run(spec, setup, device, Some(max_points))?;
     Ok((estimate, timeline.unwrap_or_default()))
 }
 
@@ -210,15 +224,25 @@ fn run(
     check_setup(setup)?;
     crate::peft::check(&spec.parameter_layout(), setup)?;
     let mut recorder = record.map(|points| Recorder::new(points, simulated_micro_batches(setup)));
-    let observers: Vec<&mut dyn StreamObserver> = match &mut recorder {
-        Some(r) => vec![r],
-        None => Vec::new(),
-    };
+    let mut allocator = device.allocator.map(CachingAllocator::new);
+    let mut observers: Vec<&mut dyn StreamObserver> = Vec::new();
+    if let Some(r) = &mut recorder {
+        observers.push(r);
+    }
+    if let Some(a) = &mut allocator {
+        observers.push(a);
+    }
     let step = simulate(spec, setup, device, observers)?;
-    Ok((summarize(spec, setup, step), recorder.map(Recorder::finish)))
+    let reserved = allocator.map(CachingAllocator::finish);
+    Ok((summarize(spec, setup, step, reserved), recorder.map(Recorder::finish)))
 }
 
-fn summarize(spec: &ModelSpec, setup: &TrainSetup, step: StepResult) -> Estimate {
+fn summarize(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    step: StepResult,
+    reserved: Option<crate::allocator::Reserved>,
+) -> Estimate {
     let StepResult { peak, peak_phase: phase, at_peak, phase_peaks: pp, model_states: states } =
         step;
     Estimate {
@@ -234,6 +258,7 @@ fn summarize(spec: &ModelSpec, setup: &TrainSetup, step: StepResult) -> Estimate
             optimizer_step: Bytes(pp[3]),
         },
         parameters: spec.parameter_count(),
+        reserved,
         warnings: crate::warning::warnings(spec, setup),
     }
 }

@@ -7,14 +7,17 @@
 //! * [`units`] — [`Bytes`] and [`DType`], checked byte arithmetic; [`parse_count`] — `1B`, `7e9`.
 //! * [`setup`] — [`TrainSetup`]: batch, sequence, precision, optimizer, attention, checkpointing,
 //!   frozen parts and LoRA; [`peft`] — which parameters train and which linears carry adapters.
-//! * [`gpu`] — the GPU catalog (data file `data/gpus.json`).
+//! * [`gpu`] — the GPU catalog (data file `data/gpus.json`); [`card`] — the whole-card verdict.
 //! * [`hf_config`] and [`model`] — `config.json` → [`ModelSpec`]; [`catalog`] — built-in models;
 //!   [`layout`] — every parameter and buffer of a model, declared once.
 //! * [`Device`] — a device's mechanisms as data (CUDA, the CPU oracle).
 //! * [`estimate()`] / [`estimate_on`] — the simulated training step: a stream of allocations
 //!   and frees (`timeline`, `graph`, `step`, `optim`) whose peak, phase and breakdown are
-//!   reported, with typed [`Warning`]s.
+//!   reported, with typed [`Warning`]s; [`allocator`] replays it through PyTorch's caching
+//!   allocator for the reserved peak.
 
+pub mod allocator;
+pub mod card;
 pub mod catalog;
 pub mod gpu;
 pub mod hf_config;
@@ -35,11 +38,13 @@ mod step;
 mod timeline;
 mod warning;
 
+pub use allocator::{AllocConf, AllocConfError, Reserved, ReservedPeakCause};
 pub use count::parse_count;
 pub use device::{AutocastFp32Ops, Device, SdpaPolicy};
 pub use estimate::{
     Components, Estimate, EstimateError, MAX_GRAD_ACCUM, MAX_MICRO_BATCH, MAX_SEQ_LEN, ModelStates,
-    PhasePeaks, estimate, estimate_on, estimate_timeline, max_micro_batch, model_states_for_params,
+    PhasePeaks, estimate, estimate_on, estimate_timeline, estimate_timeline_on, max_micro_batch,
+    model_states_for_params,
 };
 pub use gpu::{Gpu, GpuCatalogError};
 pub use model::{Architecture, ConfigError, ModelSpec};

@@ -142,7 +142,7 @@ pub struct StepTimeline {
 }
 
 /// What an observer of the allocation stream is told, after the stream's state has changed.
-/// (The storage fields are read by the test-only observers today and by an allocator model.)
+/// (The storage fields are read by the caching-allocator model and the test-only observers.)
 #[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) enum StreamEvent {
@@ -187,7 +187,7 @@ pub(crate) struct StreamState<'a> {
 }
 
 /// A consumer of the allocation stream: the peak tracker, the chart recorder, the test-only
-/// live-set dump, and (later) a model of the caching allocator. Observers see every event in
+/// live-set dump, and the model of the caching allocator (`allocator.rs`). Observers see every event in
 /// order; they cannot change the stream.
 pub(crate) trait StreamObserver {
     /// One event.

@@ -2,7 +2,10 @@
 //! command line is the binary's, so the core's errors and warnings carry no flag names and
 //! the words that point at flags live here.
 
+use vramfit_core::allocator::AllocConfError;
+use vramfit_core::card::CardError;
 use vramfit_core::gpu::GpuCatalogError;
+use vramfit_core::peft::PeftError;
 use vramfit_core::{ConfigError, EstimateError, Warning};
 
 /// A one-line hint for an error.
@@ -50,6 +53,43 @@ impl Hint for ConfigError {
 impl Hint for GpuCatalogError {
     fn hint(&self) -> String {
         "use a catalog id such as rtx-3090, a100-80gb, h100 (vramfit estimate --list-gpus) or a capacity such as 24GiB".to_string()
+    }
+}
+
+impl Hint for CardError {
+    fn hint(&self) -> String {
+        "pass a smaller --margin (such as 1GiB or 3%) or --cuda-context".into()
+    }
+}
+
+impl Hint for AllocConfError {
+    fn hint(&self) -> String {
+        match self {
+            AllocConfError::AsyncBackend => {
+                "drop backend:cudaMallocAsync (or pass --alloc-conf without it) to model the native allocator".into()
+            }
+            _ => "use key:value pairs such as expandable_segments:True,max_split_size_mb:128".into(),
+        }
+    }
+}
+
+impl Hint for PeftError {
+    fn hint(&self) -> String {
+        match self {
+            PeftError::UnknownTarget { available, .. } => {
+                format!("use all-linear or some of: {available}")
+            }
+            PeftError::UnknownModule { available, .. } => format!("use some of: {available}"),
+            PeftError::TiedHead => {
+                "drop lm_head from --modules-to-save, or name embed_tokens".into()
+            }
+            PeftError::Rank(_) => "typical ranks are 8 to 256".into(),
+            PeftError::FreezeLayers { layers, .. } => {
+                format!("give at most layers:{layers}")
+            }
+            PeftError::FreezeWithLora => "drop --freeze, or drop the --lora-* flags".into(),
+            PeftError::NothingTrains => "freeze fewer layers".into(),
+        }
     }
 }
 

@@ -284,13 +284,15 @@ fn the_page_in_a_real_browser() {
     let contrast = browser.run(&format!("return {CONTRAST};"), &[]);
     assert!(contrast[0][0].as_f64().unwrap() >= 4.5, "low contrast: {contrast}");
 
-    // The page opens on llama-3.2-1b, batch 1 × 2048, on an RTX 4090: it fits.
+    // The page opens on llama-3.2-1b, batch 1 × 2048, on an RTX 4090. It does not fit the
+    // card: 23.23 GiB allocated, more reserved, plus the context, on a card whose OOM
+    // messages report 23.64 GiB.
     let base = json!({"model": "llama-3.2-1b", "batch": 1, "seq_len": 2048, "gpu": "rtx-4090",
         "precision": "bf16-mixed", "optimizer": "adamw", "optimizer_impl": "foreach",
         "attention": "sdpa", "checkpointing": "none", "grad_accum": 1});
     let first = expected(&served, &base);
     check_shown(&browser, &first);
-    assert_eq!(first["fits_yes"], true);
+    assert_eq!(first["fits_yes"], false);
     browser.screenshot("laptop-batch-1.png");
 
     // Typing batch 4: the step no longer fits, and the page follows the API.

@@ -177,6 +177,24 @@ fn bad_input_is_one_error_line_a_hint_and_exit_2() {
     std::fs::write(&binary, [0u8, 159, 146, 150, 255, 0, 1]).unwrap();
     let cases: Vec<(&str, Vec<String>)> = vec![
         ("no model", vec![]),
+        (
+            "unknown allocator key",
+            ["--model", "gpt2", "--alloc-conf", "expandable:True"].map(String::from).to_vec(),
+        ),
+        (
+            "bad allocator number",
+            ["--model", "gpt2", "--alloc-conf", "max_split_size_mb:abc"].map(String::from).to_vec(),
+        ),
+        (
+            "margin larger than the card",
+            ["--model", "gpt2", "--gpu", "rtx-3080", "--margin", "20GiB"]
+                .map(String::from)
+                .to_vec(),
+        ),
+        (
+            "bad margin",
+            ["--model", "gpt2", "--gpu", "t4", "--margin", "150%"].map(String::from).to_vec(),
+        ),
         ("unknown model", vec!["--model".into(), "lama-3-8b".into()]),
         ("missing file", vec!["--model".into(), "nope/config.json".into()]),
         ("truncated config", vec!["--model".into(), truncated.to_str().unwrap().into()]),

@@ -13,11 +13,13 @@ use super::Report;
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// The keys a verdict against a GPU fills, null without `--gpu`.
-const VERDICT_KEYS: [&str; 7] = [
+const VERDICT_KEYS: [&str; 9] = [
     "gpu",
     "cuda_visible_bytes",
     "cuda_context_bytes",
     "capacity_bytes",
+    "margin_bytes",
+    "device_used_bytes",
     "fits",
     "headroom_bytes",
     "max_micro_batch",
@@ -60,6 +62,18 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
             }
             obj.insert("peak_allocated_bytes".into(), json!(estimate.peak_allocated.get()));
             obj.insert("peak_phase".into(), json!(estimate.peak_phase.name()));
+            let r = estimate.reserved;
+            obj.insert("peak_reserved_bytes".into(), json!(r.map(|r| r.peak_reserved)));
+            obj.insert("fragmentation_bytes".into(), json!(r.map(|r| r.fragmentation)));
+            obj.insert(
+                "reserved_peak_set_by".into(),
+                json!(r.map(|r| json!({
+                    "bytes": r.set_by.bytes,
+                    "component": r.set_by.component.name(),
+                    "phase": r.set_by.phase.name(),
+                    "iteration": r.set_by.iteration,
+                }))),
+            );
             obj.insert("model_states_bytes".into(), json!(estimate.model_states.get()));
             let components: Map<String, Value> = estimate
                 .components_at_peak
@@ -83,6 +97,12 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
             // Without an architecture there are no activations, so there is no step peak.
             obj.insert("peak_allocated_bytes".into(), Value::Null);
             obj.insert("peak_phase".into(), Value::Null);
+            obj.insert("peak_reserved_bytes".into(), Value::Null);
+            obj.insert("fragmentation_bytes".into(), Value::Null);
+            obj.insert(
+                "reserved_peak_set_by".into(),
+                json!({"bytes": null, "component": null, "phase": null, "iteration": null}),
+            );
             obj.insert("model_states_bytes".into(), json!(states.total.get()));
             obj.insert(
                 "components".into(),
@@ -112,6 +132,8 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
         obj.insert("cuda_visible_bytes".into(), json!(v.cuda_visible_bytes));
         obj.insert("cuda_context_bytes".into(), json!(v.cuda_context_bytes));
         obj.insert("capacity_bytes".into(), json!(v.capacity_bytes));
+        obj.insert("margin_bytes".into(), json!(v.margin_bytes));
+        obj.insert("device_used_bytes".into(), json!(v.device_used_bytes));
         obj.insert("fits".into(), json!(v.fits));
         obj.insert("headroom_bytes".into(), json!(v.headroom_bytes));
         obj.insert("max_micro_batch".into(), json!(v.max_micro_batch));

@@ -11,8 +11,10 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 
 use serde::Serialize;
+use vramfit_core::card::{self, CardBudget};
 use vramfit_core::gpu::GpuChoice;
-use vramfit_core::{Bytes, Estimate, ModelStates, StepTimeline, TrainSetup};
+use vramfit_core::units::parse_size;
+use vramfit_core::{AllocConf, Bytes, Device, Estimate, ModelStates, StepTimeline, TrainSetup};
 
 use crate::{Failure, Outcome};
 pub use setup_args::{ModelSource, SetupArgs};
@@ -41,6 +43,59 @@ pub struct EstimateArgs {
     pub list_gpus: bool,
 }
 
+/// How the card is budgeted: the allocator's settings and the safety margin.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CardArgs {
+    /// `PYTORCH_CUDA_ALLOC_CONF` to model (default: that environment variable, else unset).
+    #[arg(long, value_name = "CONF")]
+    pub alloc_conf: Option<String>,
+
+    /// Memory kept free on the card: a size (`1GiB`) or a percentage of the CUDA-visible total
+    /// (`5%`). Default 3%.
+    #[arg(long, value_name = "SIZE|PERCENT")]
+    pub margin: Option<String>,
+}
+
+impl CardArgs {
+    /// The allocator settings: `--alloc-conf`, else `PYTORCH_CUDA_ALLOC_CONF`, else defaults.
+    pub fn alloc_conf(&self) -> Result<AllocConf, Failure> {
+        let text = match &self.alloc_conf {
+            Some(t) => Some(t.clone()),
+            None => std::env::var("PYTORCH_CUDA_ALLOC_CONF").ok(),
+        };
+        match text {
+            None => Ok(AllocConf::DEFAULT),
+            Some(t) => {
+                AllocConf::parse(&t).map_err(|e| Failure::with_hint(e.to_string(), e.hint()))
+            }
+        }
+    }
+
+    /// The margin on a card with this CUDA-visible total.
+    pub fn margin(&self, visible: Bytes) -> Result<Bytes, Failure> {
+        let Some(text) = self.margin.as_deref().map(str::trim) else {
+            return Ok(card::default_margin(visible));
+        };
+        let bad = || {
+            Failure::with_hint(
+                format!("invalid --margin '{text}'"),
+                "give a size such as 1GiB or a percentage such as 5%",
+            )
+        };
+        if let Some(p) = text.strip_suffix('%') {
+            let p: f64 = p.trim().parse().map_err(|_| bad())?;
+            if !(0.0..100.0).contains(&p) {
+                return Err(bad());
+            }
+            return Ok(Bytes((visible.get() as f64 * p / 100.0) as u64));
+        }
+        if text == "0" {
+            return Ok(Bytes::ZERO);
+        }
+        parse_size(text).ok_or_else(bad)
+    }
+}
+
 /// How to print the result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -59,11 +114,19 @@ pub struct Verdict {
     pub cuda_visible_bytes: u64,
     /// Memory budgeted for the CUDA context and kernels, outside PyTorch's allocator.
     pub cuda_context_bytes: u64,
-    /// What the step may use: CUDA-visible minus context.
+    /// What PyTorch's allocator may reserve: CUDA-visible minus margin minus context.
     pub capacity_bytes: u64,
-    /// Whether the peak fits the capacity.
+    /// Kept free on the card for what the model does not know.
+    pub margin_bytes: u64,
+    /// `max_memory_reserved()` predicted (`None` for a bare parameter count).
+    pub peak_reserved_bytes: Option<u64>,
+    /// Reserved but unallocated at the reserved peak.
+    pub fragmentation_bytes: Option<u64>,
+    /// What nvidia-smi would show for the process: reserved (or the model states) + context.
+    pub device_used_bytes: u64,
+    /// Whether the device usage fits the card less the margin.
     pub fits: bool,
-    /// Capacity minus peak (negative when it does not fit).
+    /// Card less margin, minus device usage (negative when it does not fit).
     pub headroom_bytes: i128,
     /// The largest micro-batch that fits (`None` for a bare parameter count).
     pub max_micro_batch: Option<u64>,
@@ -180,6 +243,18 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
     let setup = args.train_setup()?;
     let gpu = args.gpu()?;
     let context = args.cuda_context()?;
+    let device = Device { allocator: Some(args.card.alloc_conf()?), ..Device::CUDA };
+    let budget = match &gpu {
+        Some(g) => {
+            let visible = g.cuda_visible();
+            let margin = args.card.margin(visible)?;
+            Some(
+                CardBudget::new(visible, context, margin)
+                    .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?,
+            )
+        }
+        None => None,
+    };
     let mut warnings: Vec<String> = args.gpu_unit_note().into_iter().collect();
     if let Some(gpu) = &gpu
         && gpu.lacks_bf16()
@@ -201,24 +276,27 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
         ModelSource::Parameters(parameters) => {
             let states = vramfit_core::model_states_for_params(parameters, &setup)
                 .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
-            let verdict = gpu.map(|g| verdict(&g, args, context, states.total, None));
+            let verdict = gpu.zip(budget).map(|(g, b)| {
+                let used = Bytes(states.total.get().saturating_add(context.get()));
+                verdict(&g, args, &b, None, used, None)
+            });
             Ok(Report::StatesOnly { parameters, setup, states, verdict, warnings })
         }
         ModelSource::Spec { label, spec } => {
             let (estimate, timeline) = if chart {
-                vramfit_core::estimate_timeline(&spec, &setup, svg::POINTS)
+                vramfit_core::estimate_timeline_on(&spec, &setup, &device, svg::POINTS)
                     .map(|(e, t)| (e, Some(t)))
             } else {
-                vramfit_core::estimate(&spec, &setup).map(|e| (e, None))
+                vramfit_core::estimate_on(&spec, &setup, &device).map(|e| (e, None))
             }
             .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
             warnings.extend(estimate.warnings.iter().map(crate::hints::warning));
-            let verdict = match gpu {
-                Some(g) => {
-                    let capacity = g.cuda_visible().saturating_sub(context);
-                    let max = vramfit_core::max_micro_batch(&spec, &setup, capacity)
+            let verdict = match gpu.zip(budget) {
+                Some((g, b)) => {
+                    let max = card::max_micro_batch_on(&spec, &setup, &device, &b)
                         .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
-                    Some(verdict(&g, args, context, estimate.peak_allocated, Some(max)))
+                    let judged = card::judge(&estimate, &b);
+                    Some(verdict(&g, args, &b, Some(judged), judged.device_used, Some(max)))
                 }
                 None => None,
             };
@@ -240,23 +318,27 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
 fn verdict(
     gpu: &GpuChoice,
     args: &SetupArgs,
-    context: Bytes,
-    peak: Bytes,
+    budget: &CardBudget,
+    judged: Option<card::CardVerdict>,
+    used: Bytes,
     max: Option<u64>,
 ) -> Verdict {
-    let visible = gpu.cuda_visible();
-    let capacity = visible.saturating_sub(context);
+    let usable = budget.usable();
     let label = match (args.gpu_unit_note(), args.gpu.as_deref()) {
         (Some(_), Some(text)) => format!("{} ({} read as decimal)", gpu.label(), text.trim()),
         _ => gpu.label(),
     };
     Verdict {
         gpu: label,
-        cuda_visible_bytes: visible.get(),
-        cuda_context_bytes: context.get(),
-        capacity_bytes: capacity.get(),
-        fits: peak <= capacity,
-        headroom_bytes: i128::from(capacity.get()) - i128::from(peak.get()),
+        cuda_visible_bytes: budget.cuda_visible.get(),
+        cuda_context_bytes: budget.cuda_context.get(),
+        capacity_bytes: budget.for_allocator().get(),
+        margin_bytes: budget.margin.get(),
+        peak_reserved_bytes: judged.map(|j| j.peak_reserved.get()),
+        fragmentation_bytes: judged.map(|j| j.fragmentation.get()),
+        device_used_bytes: used.get(),
+        fits: used <= usable,
+        headroom_bytes: i128::from(usable.get()) - i128::from(used.get()),
         max_micro_batch: max,
     }
 }

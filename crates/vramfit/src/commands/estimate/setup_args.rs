@@ -99,6 +99,10 @@ pub struct SetupArgs {
     /// Memory the CUDA context takes outside PyTorch's allocator.
     #[arg(long, default_value = "512MiB", value_name = "SIZE")]
     pub cuda_context: String,
+
+    /// The allocator and safety-margin flags (`estimate/mod.rs`).
+    #[command(flatten)]
+    pub card: super::CardArgs,
 }
 
 /// Where the model comes from.

@@ -85,12 +85,29 @@ fn capacity_line(out: &mut dyn Write, v: &Verdict) -> io::Result<()> {
     writeln!(out)?;
     writeln!(
         out,
-        "on {}: {} visible to CUDA − {} CUDA context = {} usable",
+        "on {}: {} visible to CUDA − {} margin = {} usable",
         v.gpu,
         Bytes(v.cuda_visible_bytes),
-        Bytes(v.cuda_context_bytes),
-        Bytes(v.capacity_bytes)
-    )
+        Bytes(v.margin_bytes),
+        Bytes(v.cuda_visible_bytes.saturating_sub(v.margin_bytes))
+    )?;
+    if let Some(reserved) = v.peak_reserved_bytes {
+        writeln!(
+            out,
+            "  device use       {:>11}   = {} reserved + {} CUDA context (what nvidia-smi shows)",
+            Bytes(v.device_used_bytes).to_string(),
+            Bytes(reserved),
+            Bytes(v.cuda_context_bytes)
+        )?;
+    } else {
+        writeln!(
+            out,
+            "  device use       {:>11}   = model states + {} CUDA context",
+            Bytes(v.device_used_bytes).to_string(),
+            Bytes(v.cuda_context_bytes)
+        )?;
+    }
+    Ok(())
 }
 
 /// What is left to try when not even one sequence fits, given what the setup already uses.
@@ -165,6 +182,18 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
                 estimate.peak_allocated.to_string(),
                 estimate.peak_phase.name()
             )?;
+            if let Some(r) = estimate.reserved {
+                writeln!(
+                    out,
+                    "peak reserved    {:>11}   {} cached but unallocated then; set by a {} {} block in {} (iteration {})",
+                    Bytes(r.peak_reserved).to_string(),
+                    Bytes(r.fragmentation),
+                    Bytes(r.set_by.bytes),
+                    r.set_by.component.name().replace('_', " "),
+                    r.set_by.phase.name().replace('_', " "),
+                    r.set_by.iteration
+                )?;
+            }
             writeln!(out, "at the peak:")?;
             for (name, bytes) in estimate.components_at_peak.entries() {
                 if bytes.get() > 0 {
