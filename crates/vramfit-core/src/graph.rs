@@ -226,18 +226,14 @@ impl<'o> Graph<'o> {
     /// require one and of parameters that train are made, and when there is none the op
     /// records no node and saves nothing (its output then requires no gradient either).
     /// Saved tensors gain a reference (and count as activations).
-    pub(crate) fn record(&mut self, outputs: &[Tid], saved: &[Tid], mut grads: Vec<Grad>) {
+    pub(crate) fn record(&mut self, outputs: &[Tid], saved: &[Tid], grads: &[Grad]) {
         let [output] = outputs else { panic!("an op records exactly one output") };
         let output = *output;
         let needed = |graph: &Graph<'o>, grad: &Grad| match *grad {
             Grad::New(t, _) | Grad::Pass(t) => graph.requires_grad(t),
             Grad::Param(p, _) | Grad::ParamCast(p, _) => graph.params[p.0].trains,
         };
-        // Usually every input needs its gradient: check before moving anything.
-        if !grads.iter().all(|grad| needed(self, grad)) {
-            grads.retain(|grad| needed(self, grad));
-        }
-        if grads.is_empty() {
+        if !grads.iter().any(|grad| needed(self, grad)) {
             return;
         }
         self.set_requires_grad(output);
@@ -253,7 +249,11 @@ impl<'o> Graph<'o> {
         }
         let saved_len = self.saved_pool.len() as u32 - saved_start;
         let grads_start = self.grad_pool.len() as u32;
-        self.grad_pool.extend(grads);
+        for grad in grads {
+            if needed(self, grad) {
+                self.grad_pool.push(*grad);
+            }
+        }
         let grads_len = self.grad_pool.len() as u32 - grads_start;
         self.nodes.push(Node::Op {
             output,
@@ -503,7 +503,7 @@ mod tests {
         let x = g.alloc(16).unwrap();
         g.begin_layer(0);
         let y = g.alloc(16).unwrap();
-        g.record(&[y], &[], vec![Grad::Param(p, 16)]);
+        g.record(&[y], &[], &[Grad::Param(p, 16)]);
         g.end_layer(0);
         let mask = g.alloc(8).unwrap();
         g.begin_layer(1);

@@ -16,14 +16,14 @@ pub(super) fn embed(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<Tensor
     // The dense weight gradient of `embedding` is one table-sized buffer (`zeros` filled by
     // `index_add`); with tied embeddings it then meets the output projection's gradient.
     let mut x = new(g, cx.param_dtype, e)?;
-    g.record(&[x.id], &[], vec![grad_of(g, m.embed)]);
+    g.record(&[x.id], &[], &[grad_of(g, m.embed)]);
     if s.scaled_embeddings {
         let y = consume(g, x, |g, x| unary(g, x, x.dtype, Saves::Nothing))?;
         x = y;
     }
     if let Some(tt) = m.token_types {
         let t = new(g, cx.param_dtype, e)?;
-        g.record(&[t.id], &[], vec![grad_of(g, tt)]);
+        g.record(&[t.id], &[], &[grad_of(g, tt)]);
         let y = consume(g, x, |g, x| add(g, x, t))?;
         g.drop(t.id);
         x = y;
@@ -34,7 +34,7 @@ pub(super) fn embed(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<Tensor
         // saves them; BERT slices its registered buffer (a view).
         let ids = if ids_from_buffer { None } else { Some(g.alloc(mul(cx.setup.seq_len, 8)?)?) };
         let t = new(g, cx.param_dtype, per)?;
-        g.record(&[t.id], ids.as_slice(), vec![grad_of(g, pp)]);
+        g.record(&[t.id], ids.as_slice(), &[grad_of(g, pp)]);
         if let Some(i) = ids {
             g.drop(i);
         }

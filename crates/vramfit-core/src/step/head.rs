@@ -50,7 +50,7 @@ pub(super) fn head_and_loss(
         g.drop(l32.id);
     }
     let loss = new(g, DType::F32, 1)?;
-    g.record(&[loss.id], &[logp.id], vec![Grad::New(logp.id, mul(mul(n, v)?, loss_dt.size())?)]);
+    g.record(&[loss.id], &[logp.id], &[Grad::New(logp.id, mul(mul(n, v)?, loss_dt.size())?)]);
     g.drop(logp.id);
     // The model output (with the logits) is dropped once `.loss` is taken.
     g.drop(logits.id);

@@ -207,13 +207,13 @@ pub(super) fn moe(g: &mut Graph, cx: &Context<'_>, lp: &LayerParams, x: Tensor) 
     g.drop(logits.id);
     // top-k values, renormalised: small fp32 [tokens, k].
     let weights = new(g, DType::F32, mul(cx.tokens, m.top_k)?)?;
-    g.record(&[weights.id], &[], vec![Grad::New(probs.id, probs.bytes())]);
+    g.record(&[weights.id], &[], &[Grad::New(probs.id, probs.bytes())]);
     g.drop(probs.id);
     let out = new(g, x.dtype, x.numel)?;
     let rows = mul(cx.tokens, m.top_k)?;
     let rcx = Context { tokens: rows, ..*cx };
     let sel = new(g, x.dtype, mul(rows, h)?)?;
-    g.record(&[sel.id], &[], vec![Grad::New(x.id, x.bytes())]);
+    g.record(&[sel.id], &[], &[Grad::New(x.id, x.bytes())]);
     let gu = linear(g, &rcx, sel, 2 * i, gate_up, None)?;
     g.drop(sel.id);
     let gate = Tensor { numel: mul(rows, i)?, ..gu };
@@ -229,7 +229,7 @@ pub(super) fn moe(g: &mut Graph, cx: &Context<'_>, lp: &LayerParams, x: Tensor) 
         g.drop(wd.id);
     }
     // index_add_ into `out` (in place); its gradient is gathered back per row.
-    g.record(&[out.id], &[], vec![Grad::New(wc.id, wc.bytes())]);
+    g.record(&[out.id], &[], &[Grad::New(wc.id, wc.bytes())]);
     g.drop(wc.id);
     Ok(out)
 }

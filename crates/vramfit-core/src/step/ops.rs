@@ -18,7 +18,7 @@ pub(super) fn to(g: &mut Graph, x: Tensor, dtype: DType) -> Result<(Tensor, bool
         return Ok((x, false));
     }
     let y = new(g, dtype, x.numel)?;
-    g.record(&[y.id], &[], vec![Grad::New(x.id, x.bytes())]);
+    g.record(&[y.id], &[], &[Grad::New(x.id, x.bytes())]);
     Ok((y, true))
 }
 
@@ -88,7 +88,7 @@ fn base_linear(
     if let Some(b) = bias {
         grads.push(Grad::ParamCast(b, mul(out_features, odt.size())?));
     }
-    g.record(&[y.id], &saved, grads);
+    g.record(&[y.id], &saved, &grads);
     if w_temp && let Some(t) = wc {
         g.drop(t);
     }
@@ -151,7 +151,7 @@ pub(super) fn unary(g: &mut Graph, x: Tensor, dtype: DType, saves: Saves) -> Res
         Saves::Input => &[x.id],
         Saves::Output => &[y.id],
     };
-    g.record(&[y.id], saved, vec![Grad::New(x.id, x.bytes())]);
+    g.record(&[y.id], saved, &[Grad::New(x.id, x.bytes())]);
     Ok(y)
 }
 
@@ -172,7 +172,7 @@ pub(super) fn consume(
 /// `a * b` with both requiring grad: saves both.
 pub(super) fn mul2(g: &mut Graph, a: Tensor, b: Tensor) -> Result<Tensor> {
     let y = new(g, promote(a.dtype, b.dtype), a.numel.max(b.numel))?;
-    g.record(&[y.id], &[a.id, b.id], vec![Grad::New(a.id, a.bytes()), Grad::New(b.id, b.bytes())]);
+    g.record(&[y.id], &[a.id, b.id], &[Grad::New(a.id, a.bytes()), Grad::New(b.id, b.bytes())]);
     Ok(y)
 }
 
@@ -182,7 +182,7 @@ pub(super) fn add(g: &mut Graph, a: Tensor, b: Tensor) -> Result<Tensor> {
     let y = new(g, dtype, a.numel.max(b.numel))?;
     let grad =
         |t: Tensor| if t.dtype == dtype { Grad::Pass(t.id) } else { Grad::New(t.id, t.bytes()) };
-    g.record(&[y.id], &[], vec![grad(a), grad(b)]);
+    g.record(&[y.id], &[], &[grad(a), grad(b)]);
     Ok(y)
 }
 
@@ -195,7 +195,7 @@ pub(super) fn dropout(g: &mut Graph, cx: &Context<'_>, x: Tensor, p: f64) -> Res
     let mask_dt = if cx.device.dropout_byte_mask { DType::Bool } else { x.dtype };
     let mask = new(g, mask_dt, x.numel)?;
     let y = new(g, x.dtype, x.numel)?;
-    g.record(&[y.id], &[mask.id], vec![Grad::New(x.id, x.bytes())]);
+    g.record(&[y.id], &[mask.id], &[Grad::New(x.id, x.bytes())]);
     g.drop(mask.id);
     Ok(y)
 }
@@ -224,7 +224,7 @@ pub(super) fn norm(
             let stats = g.alloc(mul(small, 2)?)?;
             let mut grads = vec![Grad::New(xi.id, xi.bytes())];
             grads.extend(params.iter().map(|&p| Grad::Param(p, g.param(p).grad_bytes())));
-            g.record(&[y.id], &[xi.id, stats], grads);
+            g.record(&[y.id], &[xi.id, stats], &grads);
             g.drop(stats);
             if copied {
                 g.drop(xi.id);
@@ -236,16 +236,16 @@ pub(super) fn norm(
             let (x32, copied) = to(g, x, DType::F32)?;
             let pow = unary(g, x32, DType::F32, Saves::Input)?;
             let mean = g.alloc(small)?;
-            g.record(&[mean], &[], vec![Grad::New(pow.id, pow.bytes())]);
+            g.record(&[mean], &[], &[Grad::New(pow.id, pow.bytes())]);
             g.drop(pow.id);
             let rs = Tensor { id: g.alloc(small)?, dtype: DType::F32, numel: rows };
-            g.record(&[rs.id], &[rs.id], vec![Grad::New(mean, small)]);
+            g.record(&[rs.id], &[rs.id], &[Grad::New(mean, small)]);
             g.drop(mean);
             let hn = new(g, DType::F32, x32.numel)?;
             g.record(
                 &[hn.id],
                 &[x32.id, rs.id],
-                vec![Grad::New(x32.id, x32.bytes()), Grad::New(rs.id, small)],
+                &[Grad::New(x32.id, x32.bytes()), Grad::New(rs.id, small)],
             );
             g.drop(rs.id);
             if copied {
@@ -256,7 +256,7 @@ pub(super) fn norm(
                 let y = new(g, DType::F32, hn.numel)?;
                 let mut grads = vec![Grad::New(hn.id, hn.bytes())];
                 grads.extend(wgrad(g, w));
-                g.record(&[y.id], &[hn.id], grads);
+                g.record(&[y.id], &[hn.id], &grads);
                 g.drop(hn.id);
                 let (yc, copied) = to(g, y, x.dtype)?;
                 if copied {
@@ -273,7 +273,7 @@ pub(super) fn norm(
                 let y = new(g, odt, hc.numel)?;
                 let mut grads = vec![Grad::New(hc.id, hc.bytes())];
                 grads.extend(wgrad(g, w));
-                g.record(&[y.id], &[hc.id], grads);
+                g.record(&[y.id], &[hc.id], &grads);
                 g.drop(hc.id);
                 y
             };
@@ -295,13 +295,13 @@ pub(super) fn rotary(
     let rot = x.numel / fraction_den.max(1) * fraction_num;
     let odt = promote(x.dtype, trig_dt);
     let a = Tensor { id: g.alloc(mul(rot, odt.size())?)?, dtype: odt, numel: rot };
-    g.record(&[a.id], &[], vec![Grad::New(x.id, mul(rot, x.dtype.size())?)]);
+    g.record(&[a.id], &[], &[Grad::New(x.id, mul(rot, x.dtype.size())?)]);
     let neg = g.alloc(mul(rot / 2, x.dtype.size())?)?;
     let cat = Tensor { id: g.alloc(mul(rot, x.dtype.size())?)?, dtype: x.dtype, numel: rot };
-    g.record(&[cat.id], &[], vec![Grad::New(x.id, mul(rot, x.dtype.size())?)]);
+    g.record(&[cat.id], &[], &[Grad::New(x.id, mul(rot, x.dtype.size())?)]);
     g.drop(neg);
     let b = Tensor { id: g.alloc(mul(rot, odt.size())?)?, dtype: odt, numel: rot };
-    g.record(&[b.id], &[], vec![Grad::New(cat.id, cat.bytes())]);
+    g.record(&[b.id], &[], &[Grad::New(cat.id, cat.bytes())]);
     g.drop(cat.id);
     let sum = consume(g, a, |g, a| add(g, a, b))?;
     g.drop(b.id);
@@ -310,7 +310,7 @@ pub(super) fn rotary(
         return Ok(sum);
     }
     let out = new(g, odt, x.numel)?;
-    g.record(&[out.id], &[], vec![Grad::New(sum.id, sum.bytes()), Grad::New(x.id, x.bytes())]);
+    g.record(&[out.id], &[], &[Grad::New(sum.id, sum.bytes()), Grad::New(x.id, x.bytes())]);
     g.drop(sum.id);
     Ok(out)
 }

@@ -35,11 +35,7 @@ pub(super) fn attention(
     g.record(
         &[out.id],
         &saved,
-        vec![
-            Grad::New(qc.id, qc.bytes()),
-            Grad::New(kc.id, kc.bytes()),
-            Grad::New(vc.id, vc.bytes()),
-        ],
+        &[Grad::New(qc.id, qc.bytes()), Grad::New(kc.id, kc.bytes()), Grad::New(vc.id, vc.bytes())],
     );
     g.drop(lse);
     if let Some(m) = mask {
@@ -55,7 +51,7 @@ pub(super) fn attention(
     // `transpose(1, 2).reshape(...)` before the output projection a copy.
     if partial_rotary(s) {
         let copy = new(g, out.dtype, out.numel)?;
-        g.record(&[copy.id], &[], vec![Grad::Pass(out.id)]);
+        g.record(&[copy.id], &[], &[Grad::Pass(out.id)]);
         g.drop(out.id);
         Ok(copy)
     } else {

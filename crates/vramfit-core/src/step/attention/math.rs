@@ -51,7 +51,7 @@ pub(super) fn attention(
     g.record(
         &[sc.id],
         &[qs.id, ks.id],
-        vec![Grad::New(qs.id, qs.bytes()), Grad::New(ks.id, ks.bytes())],
+        &[Grad::New(qs.id, qs.bytes()), Grad::New(ks.id, ks.bytes())],
     );
     if qs.id != qc.id {
         g.drop(qs.id);
@@ -119,7 +119,7 @@ pub(super) fn attention(
     g.record(
         &[o.id],
         &[pc2.id, vc.id],
-        vec![Grad::New(pc2.id, pc2.bytes()), Grad::New(vc.id, vc.bytes())],
+        &[Grad::New(pc2.id, pc2.bytes()), Grad::New(vc.id, vc.bytes())],
     );
     for (t, c) in [(pc2, pcp2), (pc, pcp), (vc, vcp)] {
         if c {
@@ -135,7 +135,7 @@ pub(super) fn attention(
     }
     // `[B, H, S, D]` → `transpose(1, 2).reshape(B, S, H·D)`: a copy.
     let copy = new(g, oc.dtype, oc.numel)?;
-    g.record(&[copy.id], &[], vec![Grad::Pass(oc.id)]);
+    g.record(&[copy.id], &[], &[Grad::Pass(oc.id)]);
     g.drop(oc.id);
     Ok(copy)
 }

@@ -50,7 +50,7 @@ pub(super) fn attention_core(
             return Ok((t, false));
         }
         let y = new(g, t.dtype, q_numel)?;
-        g.record(&[y.id], &[], vec![Grad::New(t.id, t.bytes())]);
+        g.record(&[y.id], &[], &[Grad::New(t.id, t.bytes())]);
         Ok((y, true))
     };
     let (k, k_rep) = expand(g, k)?;
@@ -74,7 +74,7 @@ pub(super) fn attention_core(
 /// gradient through.
 fn contiguous(g: &mut Graph, x: Tensor) -> Result<Tensor> {
     let c = new(g, x.dtype, x.numel)?;
-    g.record(&[c.id], &[], vec![Grad::Pass(x.id)]);
+    g.record(&[c.id], &[], &[Grad::Pass(x.id)]);
     Ok(c)
 }
 
