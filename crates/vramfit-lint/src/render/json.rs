@@ -94,6 +94,6 @@ pub fn write_json(out: &mut dyn Write, reports: &[FileReport]) -> io::Result<()>
         }
     }
     let document = JsonDocument { schema_version: SCHEMA_VERSION, diagnostics: items };
-    serde_json::to_writer_pretty(&mut *out, &document).map_err(io::Error::other)?;
+    serde_json::to_writer_pretty(&mut *out, &document).map_err(io::Error::from)?;
     writeln!(out)
 }

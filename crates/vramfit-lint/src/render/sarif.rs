@@ -98,6 +98,6 @@ pub fn write_sarif(out: &mut dyn Write, reports: &[FileReport]) -> io::Result<()
             "results": results,
         }],
     });
-    serde_json::to_writer_pretty(&mut *out, &log).map_err(io::Error::other)?;
+    serde_json::to_writer_pretty(&mut *out, &log).map_err(io::Error::from)?;
     writeln!(out)
 }
