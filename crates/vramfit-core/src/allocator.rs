@@ -514,28 +514,26 @@ impl Cache {
         // `try_merge_blocks` with a free neighbour in the same segment.
         if let Some(p) = prev.filter(|&p| !self.blocks[p as usize].allocated) {
             self.free.remove(&self.key(p));
-            let pp = &mut self.blocks[p as usize];
-            pp.size += size;
-            pp.next = next;
-            if let Some(n) = next {
-                self.blocks[n as usize].prev = Some(p);
-            }
-            self.retarget_tail(block, p);
+            self.absorb(p, block);
             keep = p;
         }
-        let next = self.blocks[keep as usize].next;
         if let Some(n) = next.filter(|&n| !self.blocks[n as usize].allocated) {
             self.free.remove(&self.key(n));
-            let (nsize, nnext) = (self.blocks[n as usize].size, self.blocks[n as usize].next);
-            let k = &mut self.blocks[keep as usize];
-            k.size += nsize;
-            k.next = nnext;
-            if let Some(nn) = nnext {
-                self.blocks[nn as usize].prev = Some(keep);
-            }
-            self.retarget_tail(n, keep);
+            self.absorb(keep, n);
         }
         self.free.insert(self.key(keep));
+    }
+
+    /// Merges `second`, the block right after `first` in its segment, into `first`.
+    fn absorb(&mut self, first: u32, second: u32) {
+        let (size, next) = (self.blocks[second as usize].size, self.blocks[second as usize].next);
+        let f = &mut self.blocks[first as usize];
+        f.size += size;
+        f.next = next;
+        if let Some(n) = next {
+            self.blocks[n as usize].prev = Some(first);
+        }
+        self.retarget_tail(second, first);
     }
 
     fn retarget_tail(&mut self, gone: u32, into: u32) {

@@ -8,7 +8,7 @@
 //! "total capacity") minus a safety margin for what is modelled but not measured.
 
 use crate::device::Device;
-use crate::estimate::{Estimate, EstimateError, MAX_MICRO_BATCH};
+use crate::estimate::{Estimate, EstimateError};
 use crate::model::ModelSpec;
 use crate::setup::TrainSetup;
 use crate::units::Bytes;
@@ -137,35 +137,7 @@ pub fn max_micro_batch_on(
     device: &Device,
     budget: &CardBudget,
 ) -> Result<u64, EstimateError> {
-    let fits = |b: u64| -> Result<bool, EstimateError> {
-        let s = TrainSetup { micro_batch: b, ..setup.clone() };
-        match crate::estimate::estimate_on(spec, &s, device) {
-            Ok(e) => Ok(judge(&e, budget).fits),
-            Err(EstimateError::Overflow) => Ok(false),
-            Err(e) => Err(e),
-        }
-    };
-    if !fits(1)? {
-        return Ok(0);
-    }
-    let mut lo = 1u64;
-    let mut hi = 2u64;
-    while hi <= MAX_MICRO_BATCH && fits(hi)? {
-        lo = hi;
-        hi *= 2;
-    }
-    if hi > MAX_MICRO_BATCH {
-        return Ok(lo);
-    }
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if fits(mid)? {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    Ok(lo)
+    crate::estimate::largest_micro_batch(spec, setup, device, |e| judge(e, budget).fits)
 }
 
 #[cfg(test)]

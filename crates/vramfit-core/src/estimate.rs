@@ -294,10 +294,24 @@ pub fn max_micro_batch(
     setup: &TrainSetup,
     capacity: Bytes,
 ) -> Result<u64, EstimateError> {
+    // Only the allocated peak is compared: the caching-allocator replay (which observes the
+    // stream and changes none of it) would be work for nothing.
+    let device = Device { allocator: None, ..Device::CUDA };
+    largest_micro_batch(spec, setup, &device, |e| e.peak_allocated <= capacity)
+}
+
+/// The largest micro-batch for which `fits` holds of the estimate on `device` (0 if none does):
+/// exponential search, then binary search. Overflowing batches do not fit.
+pub(crate) fn largest_micro_batch(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    device: &Device,
+    fits: impl Fn(&Estimate) -> bool,
+) -> Result<u64, EstimateError> {
     let fits = |b: u64| -> Result<bool, EstimateError> {
         let s = TrainSetup { micro_batch: b, ..setup.clone() };
-        match estimate(spec, &s) {
-            Ok(e) => Ok(e.peak_allocated <= capacity),
+        match estimate_on(spec, &s, device) {
+            Ok(e) => Ok(fits(&e)),
             Err(EstimateError::Overflow) => Ok(false),
             Err(e) => Err(e),
         }
