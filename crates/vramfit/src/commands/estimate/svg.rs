@@ -199,7 +199,7 @@ fn nice_step(raw: f64) -> f64 {
     [1.0, 2.0, 5.0, 10.0].into_iter().map(|m| m * power).find(|s| *s >= raw).unwrap_or(raw)
 }
 
-/// Escapes text for SVG.
-fn escape(text: &str) -> String {
+/// Escapes text for SVG (every chart the binary draws).
+pub(crate) fn escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }

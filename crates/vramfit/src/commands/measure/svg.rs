@@ -8,6 +8,7 @@ use std::io::{self, Write};
 use vramfit_core::Bytes;
 
 use super::Report;
+use crate::commands::estimate::svg::escape as esc;
 
 const WIDTH: f64 = 900.0;
 const HEIGHT: f64 = 420.0;
@@ -32,10 +33,6 @@ const TIME_STEPS_S: [f64; 16] = [
 /// The smallest step in `steps` (times `unit`) at least `at_least`, else the largest.
 fn nice_step(at_least: f64, steps: &[f64], unit: f64) -> f64 {
     steps.iter().map(|s| s * unit).find(|s| *s >= at_least).unwrap_or(steps[steps.len() - 1] * unit)
-}
-
-fn esc(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 #[allow(clippy::cast_precision_loss, clippy::too_many_lines)]
