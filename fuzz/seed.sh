@@ -25,6 +25,20 @@ seed doctor_summary "$doctor"/snapshots/*.txt
 seed doctor_stats "$doctor"/snapshots/*.json
 seed lint_source "$lint"/fixtures/**/*.py
 seed lint_notebook "$lint"/notebooks/*.ipynb
+measure="$root/crates/vramfit-measure/tests/fixtures"
+seed measure_trace "$measure"/*.trace.jsonl
+seed measure_probe "$measure"/*.probe.jsonl
+# PYTORCH_CUDA_ALLOC_CONF values and command-line sizes, one per file.
+mkdir -p "$corpus/alloc_conf" "$corpus/cli_values"
+i=0
+for value in "expandable_segments:True" "max_split_size_mb:128" "garbage_collection_threshold:0.6,max_split_size_mb:512" \
+    "roundup_power2_divisions:[256:1,512:2,>:8]" "roundup_power2_divisions:4" "backend:native" \
+    "max_non_split_rounding_mb:64,expandable_segments:False"; do
+    printf '%s' "$value" > "$corpus/alloc_conf/seed-$i"; i=$((i + 1))
+done
+for value in a100-80gb rtx-4090 24GiB 24GB "80 GiB" 1.5e9 7B 70b 1024MiB; do
+    printf '%s' "$value" > "$corpus/cli_values/seed-$i"; i=$((i + 1))
+done
 # Each Python fixture also as a one-cell notebook (source as a list of lines), when python3 is here.
 if command -v python3 > /dev/null; then
     python3 - "$corpus/lint_notebook" "$lint"/fixtures/**/*.py <<'PY'
