@@ -40,8 +40,10 @@ pub struct Device {
     /// Dropout's saved mask: `native_dropout`'s 1-byte mask (`true`), or the composite path's
     /// noise tensor in the input's dtype (`false`).
     pub dropout_byte_mask: bool,
-    /// The fused SDPA kernels get the causal mask materialised as an additive float
-    /// `[B, 1, S, S]` tensor per layer (the CPU oracle's fake-tensor path).
+    /// transformers' packed-sequence check cannot decide (fake tensors), so without a KV cache
+    /// SDPA gets a causal mask instead of `is_causal`: the fused kernels then save it
+    /// materialised as an additive float `[B, 1, S, S]` tensor per layer, and grouped-query
+    /// models get `repeat_kv` copies (the CPU oracle). With a cache the check is skipped.
     pub sdpa_materialised_mask: bool,
     /// The math SDPA kernel upcasts 16-bit inputs to fp32.
     pub math_kernel_upcasts: bool,

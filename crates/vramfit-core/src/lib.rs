@@ -50,7 +50,7 @@ pub use gpu::{Gpu, GpuCatalogError};
 pub use model::{Architecture, ConfigError, ModelSpec};
 pub use setup::{
     Attention, Checkpointing, Freeze, Lora, LoraTargets, Optimizer, OptimizerImpl, Precision,
-    TrainSetup, UnknownName,
+    TrainSetup, TrainingLoop, UnknownName, ZeroGrad,
 };
 pub use timeline::{Component, Phase, StepTimeline, TimelinePoint};
 pub use units::{Bytes, DType, Overflow};

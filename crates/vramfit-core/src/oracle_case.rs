@@ -9,7 +9,10 @@ use serde_json::{Map, Value};
 
 use crate::device::Device;
 use crate::model::ModelSpec;
-use crate::setup::{Attention, Checkpointing, Optimizer, OptimizerImpl, Precision, TrainSetup};
+use crate::setup::{
+    Attention, Checkpointing, Optimizer, OptimizerImpl, Precision, TrainSetup, TrainingLoop,
+    ZeroGrad,
+};
 use crate::units::DType;
 use crate::{Phase, catalog};
 
@@ -42,6 +45,17 @@ pub struct OracleCase {
     pub foreach: bool,
     /// `cpu`, or `cuda` when CUDA's autocast float32 lists were emulated on the CPU.
     pub autocast_rules: String,
+    /// `none` (PyTorch on the CPU as it is) or `cuda` (CUDA's mechanisms emulated on the CPU:
+    /// `oracle.py --emulate cuda`).
+    pub emulate: String,
+    /// `trainer` (only the loss survives the forward) or `custom` (the outputs are held until
+    /// the next forward).
+    #[serde(rename = "loop")]
+    pub training_loop: String,
+    /// `none` (`zero_grad(set_to_none=True)`) or `zeros` (`set_to_none=False`).
+    pub zero_grad: String,
+    /// Whether the model built its KV cache (`config.use_cache` as the case set it).
+    pub use_cache: bool,
     /// The oracle's peak.
     pub peak_bytes: u64,
     /// The phase of its peak (`forward`, `backward`, `optimizer`).
@@ -101,18 +115,33 @@ impl OracleCase {
             } else {
                 OptimizerImpl::ForLoop
             },
+            training_loop: self.training_loop.parse::<TrainingLoop>().map_err(err)?,
+            zero_grad: self.zero_grad.parse::<ZeroGrad>().map_err(err)?,
+            use_cache: Some(self.use_cache),
             ..TrainSetup::default()
         })
     }
 
-    /// The oracle: the CPU, with CUDA's autocast lists when the case emulated them.
+    /// Whether the case ran CUDA's mechanisms emulated on the CPU (it is then the check of
+    /// the CUDA target; the others check the CPU target).
+    pub fn emulates_cuda(&self) -> bool {
+        self.emulate == "cuda"
+    }
+
+    /// The device the case is estimated on: the CPU oracle (with CUDA's autocast lists when
+    /// the case emulated them), or for an emulated CUDA run, [`Device::CUDA`] less what the
+    /// emulation cannot run on the CPU ([`cuda_as_emulated`]).
     pub fn device(&self) -> Result<Device, String> {
-        match self.autocast_rules.as_str() {
-            "cpu" => Ok(Device::CPU_ORACLE),
-            "cuda" => {
+        match (self.emulate.as_str(), self.autocast_rules.as_str()) {
+            ("none", "cpu") => Ok(Device::CPU_ORACLE),
+            ("none", "cuda") => {
                 Ok(Device { autocast_fp32: Device::CUDA.autocast_fp32, ..Device::CPU_ORACLE })
             }
-            other => Err(format!("{}: unknown autocast_rules '{other}'", self.id)),
+            ("cuda", "cuda") => Ok(cuda_as_emulated()),
+            (emulate, rules) => Err(format!(
+                "{}: unknown emulate '{emulate}' with autocast_rules '{rules}'",
+                self.id
+            )),
         }
     }
 
@@ -125,5 +154,22 @@ impl OracleCase {
             "optimizer" => Ok(Phase::OptimizerStep),
             other => Err(format!("{}: unknown peak_phase '{other}'", self.id)),
         }
+    }
+}
+
+/// [`Device::CUDA`] as `oracle.py --emulate cuda` runs it on the CPU: every mechanism of the
+/// step (dropout's bool masks, SDPA's kernels, no materialised causal mask, autocast's lists,
+/// `enable_gqa`) but three that live outside what the CPU run can show: cuBLAS's workspaces,
+/// the caching allocator's 512-byte rounding (and its reserved memory), and Adam's `step`
+/// counters, which CUDA keeps on the host. Those three are each a field of `Device::CUDA`
+/// whose values come from PyTorch's source, not from the oracle.
+pub fn cuda_as_emulated() -> Device {
+    Device {
+        name: "cuda (emulated on the cpu)",
+        workspaces: &[],
+        allocation_granularity: 1,
+        step_counters_on_device: true,
+        allocator: None,
+        ..Device::CUDA
     }
 }

@@ -1,7 +1,7 @@
 //! Flash and memory-efficient attention: the kernel saves its inputs (cast to the compute
 //! dtype), its output and the logsumexp.
 
-use super::{Kernel, Shape, partial_rotary};
+use super::{Kernel, Shape, partial_rotary, sdpa_gets_mask};
 use crate::graph::{Grad, Graph};
 use crate::step::ops::{new, to};
 use crate::step::{Context, Result, Tensor, mul};
@@ -22,7 +22,7 @@ pub(super) fn attention(
     let (kc, kcp) = to(g, k, target)?;
     let (vc, vcp) = to(g, v, target)?;
     // The CPU oracle materialises the causal mask as an additive float mask per layer.
-    let mask = if cx.device.sdpa_materialised_mask {
+    let mask = if sdpa_gets_mask(cx) {
         Some(g.alloc(mul(mul(mul(b, seq)?, seq)?, target.size())?)?)
     } else {
         None

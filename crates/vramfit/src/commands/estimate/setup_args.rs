@@ -146,6 +146,7 @@ impl SetupArgs {
             checkpointing: self.checkpointing.parse::<Checkpointing>().map_err(parse_err)?,
             grad_accum: self.grad_accum,
             optimizer_impl: self.optimizer_impl.parse::<OptimizerImpl>().map_err(parse_err)?,
+            ..TrainSetup::default()
         })
     }
 
