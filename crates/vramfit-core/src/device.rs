@@ -59,6 +59,12 @@ pub struct Device {
     /// PyTorch's caching allocator and its `PYTORCH_CUDA_ALLOC_CONF` (`None`: no caching
     /// allocator, so nothing is reserved beyond what is allocated: the CPU oracle).
     pub allocator: Option<crate::allocator::AllocConf>,
+    /// `scaled_dot_product_attention(enable_gqa=True)` reads the shared key/value heads in its
+    /// fused kernels (CUDA's flash, memory-efficient and cuDNN kernels in torch 2.15; the
+    /// CPU's flash kernel): transformers passes it instead of calling `repeat_kv` when SDPA
+    /// gets no mask and the head dimension is at most 256 (`use_gqa_in_sdpa`). The math
+    /// kernel repeats the heads itself.
+    pub sdpa_enable_gqa: bool,
 }
 
 /// cuBLAS's default workspace for one handle (`CUBLAS_WORKSPACE_CONFIG` unset).
@@ -77,6 +83,7 @@ impl Device {
         allocation_granularity: 512,
         workspaces: &[CUBLAS_WORKSPACE, CUBLAS_WORKSPACE],
         allocator: Some(crate::allocator::AllocConf::DEFAULT),
+        sdpa_enable_gqa: true,
     };
 
     /// The CPU fake-tensor oracle of `validation/oracle.py`.
@@ -91,6 +98,7 @@ impl Device {
         allocation_granularity: 1,
         workspaces: &[],
         allocator: None,
+        sdpa_enable_gqa: true,
     };
 }
 

@@ -46,8 +46,9 @@ pub(super) fn attention_core(
     let scores = mul(mul(mul(b, heads)?, seq)?, seq)?;
     let dropout_p = s.attention_dropout;
     let kernel = effective_kernel(cx);
-    // GQA: repeat_kv materialises k and v at the query head count.
-    let repeat = rep > 1;
+    // GQA: `repeat_kv` materialises k and v at the query head count, unless the kernel reads
+    // the shared heads.
+    let repeat = rep > 1 && !reads_shared_heads(cx, kernel);
     let expand = |g: &mut Graph, t: Tensor| -> Result<(Tensor, bool)> {
         if !repeat {
             return Ok((t, false));
@@ -79,6 +80,20 @@ pub(super) fn attention_core(
         g.drop(v.id);
     }
     Ok(out)
+}
+
+/// Whether the attention reads shared key/value heads as they are: HF's
+/// `flash_attention_2`, and SDPA's fused kernels when transformers passes `enable_gqa`
+/// (`use_gqa_in_sdpa`: no mask, head dimension at most 256, a device whose kernels accept
+/// it). HF's eager code calls `repeat_kv`, and the math kernel repeats the heads itself.
+fn reads_shared_heads(cx: &Context<'_>, kernel: Kernel) -> bool {
+    match (cx.setup.attention, kernel) {
+        (Attention::Flash, _) => true,
+        (Attention::Eager, _) | (Attention::Sdpa, Kernel::Math | Kernel::Eager) => false,
+        (Attention::Sdpa, Kernel::Flash | Kernel::Efficient) => {
+            cx.device.sdpa_enable_gqa && !sdpa_gets_mask(cx) && cx.spec.head_dim <= 256
+        }
+    }
 }
 
 /// SDPA gets a causal mask rather than `is_causal`: on a device where transformers'
