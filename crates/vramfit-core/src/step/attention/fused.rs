@@ -46,10 +46,11 @@ pub(super) fn attention(
             g.drop(t.id);
         }
     }
-    // The kernel writes its output in the query's memory layout. A query made
-    // contiguous in `[B, H, S, D]` (by NeoX's partial-rotary `cat`) makes the
-    // `transpose(1, 2).reshape(...)` before the output projection a copy.
-    if partial_rotary(s) {
+    // Flash kernels (CUDA's and the CPU's) write their output in the query's memory layout;
+    // the memory-efficient kernel always writes `[B, S, H, D]`. A query made contiguous in
+    // `[B, H, S, D]` (by NeoX's partial-rotary `cat`) makes the `transpose(1, 2).reshape(...)`
+    // before the output projection a copy of a flash kernel's output.
+    if partial_rotary(s) && kernel == Kernel::Flash {
         let copy = new(g, out.dtype, out.numel)?;
         g.record(&[copy.id], &[], &[Grad::Pass(out.id)]);
         g.drop(out.id);
