@@ -353,7 +353,7 @@ impl Default for TrainSetup {
             lora: None,
             training_loop: TrainingLoop::Trainer,
             zero_grad: ZeroGrad::SetToNone,
-            use_cache: Some(false),
+            use_cache: None,
         }
     }
 }
