@@ -212,10 +212,12 @@ pub struct TrainSetup {
 #[serde(rename_all = "kebab-case")]
 pub enum TrainingLoop {
     /// Only the loss survives the forward: the HF Trainer, Lightning, TRL, torchtune.
-    #[default]
     Trainer,
     /// `outputs = model(**batch)` is held until the next forward's assignment replaces it,
     /// with the logits and the KV cache it holds (the HF course's and accelerate's loops).
+    /// The default: it never predicts less than the trainer loop, so a verdict for it holds
+    /// for both.
+    #[default]
     Custom,
 }
 
@@ -351,7 +353,7 @@ impl Default for TrainSetup {
             optimizer_impl: OptimizerImpl::Foreach,
             freeze: Freeze::default(),
             lora: None,
-            training_loop: TrainingLoop::Trainer,
+            training_loop: TrainingLoop::Custom,
             zero_grad: ZeroGrad::SetToNone,
             use_cache: None,
         }
