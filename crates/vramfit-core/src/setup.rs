@@ -261,6 +261,15 @@ impl ZeroGrad {
     }
 }
 
+impl TrainSetup {
+    /// Whether transformers builds a KV cache in this step: `use_cache` (this setup's, else the
+    /// config's) on a decoder, without gradient checkpointing, which turns it off.
+    pub fn kv_cache(&self, spec: &crate::model::ModelSpec) -> bool {
+        spec.use_cache.is_some_and(|config| self.use_cache.unwrap_or(config))
+            && self.checkpointing == Checkpointing::None
+    }
+}
+
 /// Parameters frozen in full fine-tuning: they get no gradient and no optimizer state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct Freeze {

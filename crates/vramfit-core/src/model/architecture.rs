@@ -7,7 +7,6 @@
 
 use super::{Architecture, Head, Norm};
 
-
 /// The default of a bias flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum BiasRule {

@@ -275,8 +275,7 @@ impl<'a> Context<'a> {
             autocast: precision.autocast(),
             device,
             adapters: &[],
-            kv_cache: spec.use_cache.is_some_and(|config| setup.use_cache.unwrap_or(config))
-                && setup.checkpointing == Checkpointing::None,
+            kv_cache: setup.kv_cache(spec),
         })
     }
 }
@@ -348,9 +347,8 @@ fn simulate_micro_batches(
     }
     // What the next iteration starts from: the model, its state and workspaces, the
     // gradients `set_to_none=False` keeps and what the custom loop keeps.
-    let kept_bytes = |c: Component| {
-        previous.iter().filter(|&&(_, k)| k == c).map(|&(b, _)| b).sum::<u64>()
-    };
+    let kept_bytes =
+        |c: Component| previous.iter().filter(|&&(_, k)| k == c).map(|&(b, _)| b).sum::<u64>();
     let live = g.tl.live();
     for c in [Component::Activations, Component::Temporaries, Component::AutocastCache] {
         assert_eq!(live[c as usize], kept_bytes(c), "{} alive after zero_grad", c.name());

@@ -181,7 +181,10 @@ fn diagnosed(analysis: &Analysis) -> bool {
 /// The usable capacity of `--gpu` (less the CUDA context), if given.
 fn gpu_capacity(setup: &SetupArgs) -> Result<Option<Bytes>, Failure> {
     Ok(match setup.gpu()? {
-        Some(gpu) => Some(Bytes(gpu.cuda_visible().saturating_sub(setup.cuda_context()?).get())),
+        Some(gpu) => {
+            let context = setup.cuda_context(&gpu)?.bytes;
+            Some(Bytes(gpu.cuda_visible().saturating_sub(context).get()))
+        }
         None => None,
     })
 }
