@@ -34,4 +34,19 @@ cd "$work"  # import the installed package, not the source tree
 # trainers (python/tests/test_trainers.py).
 "$py" -m pip install -q --disable-pip-version-check torch transformers accelerate lightning
 "$py" -m unittest discover -s "$OLDPWD/python/tests" -v 2>&1
+
+# validation/gpu_measure.py without a GPU: the record it writes is the one the Rust reader's
+# format test reads (the committed example), its setups validate, and with no CUDA device it
+# says so in one error line and exits 2.
+v="$OLDPWD/validation"
+"$py" "$v/gpu_measure.py" --example | diff - "$v/gpu_measure_example.jsonl"
+echo "gpu_measure: $("$py" "$v/gpu_measure.py" --list | wc -l) setups"
+if ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+    set +e
+    "$py" "$v/gpu_measure.py" --results "$work/gpu.jsonl" 2> "$work/gpu.err"
+    rc=$?
+    set -e
+    test "$rc" -eq 2 && grep -q '^error: no CUDA device' "$work/gpu.err" && test ! -e "$work/gpu.jsonl"
+    echo "gpu_measure: no CUDA device refused with exit 2"
+fi
 echo "test-python: done in $((SECONDS - start)) s"

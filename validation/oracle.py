@@ -38,6 +38,16 @@ PRECISIONS = ("fp32", "fp16-mixed", "bf16-mixed", "bf16")
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum", "adafactor")
 ATTENTIONS = ("eager", "sdpa")
 CHECKPOINTING = ("none", "full")
+# The training loop's convention: "trainer" keeps only the loss (HF Trainer, Lightning, TRL,
+# torchtune); "custom" keeps `outputs = model(...)` until the next forward's assignment
+# replaces it (the HF course's and accelerate's example loops).
+LOOPS = ("trainer", "custom")
+# `optimizer.zero_grad(set_to_none=True)` ("none", PyTorch's default) or `set_to_none=False`
+# ("zeros": every .grad stays allocated, zeroed in place).
+ZERO_GRADS = ("none", "zeros")
+# "none": PyTorch on the CPU as it is; "cuda": the CPU run made to allocate what CUDA would
+# (see `install_cuda_emulation`).
+EMULATIONS = ("none", "cuda")
 
 # MemTracker category name -> key in results.jsonl
 CATEGORY_KEYS = {
@@ -136,6 +146,109 @@ def install_cuda_autocast_rules(torch) -> list[str]:
     return installed
 
 
+def install_cuda_emulation(torch, transformers) -> list[str]:
+    """Make the CPU run allocate what a CUDA run of the pinned versions allocates.
+
+    What an sm80-class GPU (A100, RTX 30/40) runs differently, emulated on the CPU device
+    because the autograd engine refuses fake tensors on a CUDA device:
+
+    - dropout: CUDA's `at::dropout` takes the fused `native_dropout` (a bool mask saved for
+      backward) where the CPU's composite path saves a noise tensor of the input's dtype;
+    - `scaled_dot_product_attention`: the backend CUDA's `select_sdp_backend` picks (flash for
+      fp16/bf16 without a mask, memory-efficient for fp32 or with a mask, math otherwise),
+      called as the aten op of that CUDA kernel, so autograd saves what the kernel's
+      derivative formula saves (flash: q, k, v, output, logsumexp; memory-efficient: the same
+      with its logsumexp padded to a multiple of 32 rows). `enable_gqa` passes the shared
+      key/value heads to the fused kernels, which accept them in torch 2.15;
+    - transformers' packed-sequence check (`masking_utils.find_packed_sequence_indices`) runs
+      on real tensors, finds one sequence per row and returns None, so no causal mask is
+      materialised (on fake tensors the check cannot decide and a bool mask is built);
+    - CUDA autocast's float32 op lists (`install_cuda_autocast_rules`).
+
+    Not emulated (host-side on CUDA, or outside what a tensor tracker sees): cuBLAS
+    workspaces, the caching allocator's 512-byte rounding, Adam's `step` counters (kept on
+    the host on CUDA), the CUDA context.
+    """
+    import torch.nn.functional as F
+
+    installed = install_cuda_autocast_rules(torch)
+    low_dtypes = (torch.float16, torch.bfloat16)
+    original_dropout = F.dropout
+
+    def cuda_dropout(input, p=0.5, training=True, inplace=False):
+        # at::dropout: the fused kernel for CUDA tensors when 0 < p < 1 and numel > 0.
+        if training and 0.0 < p < 1.0 and input.numel() > 0 and not inplace:
+            output, _mask = torch.ops.aten.native_dropout(input, p, True)
+            return output
+        return original_dropout(input, p, training, inplace)
+
+    def cuda_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                  enable_gqa=False):
+        if torch.is_autocast_enabled("cpu"):
+            # SDPA is on autocast's lower-precision list: 16-bit copies of other inputs.
+            low = torch.get_autocast_dtype("cpu")
+            query, key, value = (
+                t.to(low) if t.is_floating_point() and t.dtype != low else t
+                for t in (query, key, value)
+            )
+        d_qk, d_v = query.shape[-1], value.shape[-1]
+        heads_ok = key.shape[1] == query.shape[1] or enable_gqa or key.shape[1] == 1
+        wants_grad = torch.is_grad_enabled() and any(
+            t.requires_grad for t in (query, key, value)
+        )
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            additive = torch.zeros_like(attn_mask, dtype=query.dtype)
+            attn_mask = additive.masked_fill_(attn_mask.logical_not(), float("-inf"))
+        if (
+            heads_ok
+            and attn_mask is None
+            and query.dtype in low_dtypes
+            and d_qk == d_v
+            and d_qk <= 256
+        ):
+            return torch.ops.aten._scaled_dot_product_flash_attention(
+                query, key, value, dropout_p, is_causal, False, scale=scale
+            )[0]
+        alignment = 8 if query.dtype in low_dtypes else 4
+        if heads_ok and d_qk % alignment == 0 and d_v % alignment == 0:
+            if attn_mask is not None:
+                # attention.cpp preprocess_mask: expanded to 4-D, padded to 16 columns.
+                attn_mask = attn_mask.expand(
+                    query.shape[0], query.shape[1], query.shape[2], key.shape[2]
+                )
+                last = attn_mask.shape[-1]
+                if last % 16:
+                    padded = torch.nn.functional.pad(attn_mask, (0, 16 - last % 16))
+                    attn_mask = padded[..., :last]
+            return torch.ops.aten._scaled_dot_product_efficient_attention(
+                query, key, value, attn_mask, wants_grad, dropout_p, is_causal, scale=scale
+            )[0]
+        return torch.ops.aten._scaled_dot_product_attention_math(
+            query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale,
+            enable_gqa=enable_gqa,
+        )[0]
+
+    masking_utils = transformers.masking_utils
+
+    def real_tensor_packed_check(position_ids):
+        # The check's tensors, as real tensors compute them; one sequence per row -> None.
+        first = position_ids[:, :1] - 1
+        diff = torch.diff(position_ids, prepend=first, dim=-1)
+        (diff != 1).cumsum(-1)
+        return None
+
+    F.dropout = cuda_dropout
+    F.scaled_dot_product_attention = cuda_sdpa
+    masking_utils.find_packed_sequence_indices = real_tensor_packed_check
+    return installed + ["native_dropout", "cuda_sdpa", "no_packed_sequence_mask"]
+
+
+def case_use_cache(case: dict, config_value: bool) -> bool:
+    """The case's `use_cache`: true, false, or "config" (the config's own value)."""
+    value = case.get("use_cache", False)
+    return bool(config_value) if value == "config" else bool(value)
+
+
 def case_id(case: dict) -> str:
     cid = (
         f"{case['model']}-b{case['batch']}-s{case['seq_len']}-{case['precision']}"
@@ -144,6 +257,14 @@ def case_id(case: dict) -> str:
     )
     if not case.get("foreach", True):
         cid += "-forloop"
+    if case.get("loop", "trainer") != "trainer":
+        cid += f"-{case['loop']}"
+    if case.get("zero_grad", "none") != "none":
+        cid += f"-{case['zero_grad']}"
+    if case.get("use_cache", False) is not False:
+        cid += "-cache" if case["use_cache"] is True else f"-cache={case['use_cache']}"
+    if case.get("emulate", "none") != "none":
+        cid += f"-emu{case['emulate']}"
     for key, value in sorted(case.get("config_overrides", {}).items()):
         cid += f"-{key}={value}"
     return cid
@@ -162,6 +283,14 @@ def validate_case(case: dict) -> None:
         raise ValueError(f"unknown attention {case['attention']!r}")
     if case["checkpointing"] not in CHECKPOINTING:
         raise ValueError(f"unknown checkpointing {case['checkpointing']!r}")
+    if case.get("loop", "trainer") not in LOOPS:
+        raise ValueError(f"unknown loop {case['loop']!r}")
+    if case.get("zero_grad", "none") not in ZERO_GRADS:
+        raise ValueError(f"unknown zero_grad {case['zero_grad']!r}")
+    if case.get("emulate", "none") not in EMULATIONS:
+        raise ValueError(f"unknown emulate {case['emulate']!r}")
+    if case.get("use_cache", False) not in (True, False, "config"):
+        raise ValueError(f"use_cache must be true, false or \"config\", not {case['use_cache']!r}")
     if not (CATALOG / f"{case['model']}.json").is_file():
         raise ValueError(f"no catalog file for model {case['model']!r}")
 
@@ -215,7 +344,7 @@ def run_case(case: dict, versions: dict) -> dict:
                     self.scalar_reads += 1
                     return 1.0 if args[0].dtype.is_floating_point else 1
             name = func.__name__
-            if "attention" in name or "softmax" in name or "nll_loss" in name:
+            if any(k in name for k in ("attention", "softmax", "nll_loss", "dropout")):
                 self.kernels[name] = self.kernels.get(name, 0) + 1
             return super().__torch_dispatch__(func, types, args, kwargs)
 
@@ -237,10 +366,19 @@ def run_case(case: dict, versions: dict) -> dict:
     accum = int(case.get("grad_accum", 1))
     foreach = bool(case.get("foreach", True))
 
+    loop = case.get("loop", "trainer")
+    zero_grad = case.get("zero_grad", "none")
+    emulate = case.get("emulate", "none")
+    if emulate != versions.get("emulate", "none"):
+        raise RuntimeError(f"case emulates {emulate!r}; run it with --emulate {emulate}")
+
     torch.manual_seed(0)
     t0 = time.perf_counter()
     config = transformers.AutoConfig.for_model(**cfg_dict)
-    config.use_cache = False
+    # transformers builds a DynamicCache in training when use_cache is on (and checkpointing
+    # is off); a case says whether it is, or takes the config's own value.
+    use_cache = case_use_cache(case, getattr(config, "use_cache", False))
+    config.use_cache = use_cache
     auto = (
         transformers.AutoModelForMaskedLM
         if model_type in MASKED_LM_TYPES
@@ -303,28 +441,39 @@ def run_case(case: dict, versions: dict) -> dict:
             if total > best["peak"]:
                 best.update(peak=total, snap=copy.deepcopy(snap), phase=phase, iteration=iteration)
 
+        outputs = None
         with tracker:
             for iteration in range(2):
                 for _micro in range(accum):
+                    # Rebinding frees the previous batch (the custom loop keeps it until here).
                     input_ids = torch.randint(0, vocab, (batch, seq), dtype=torch.long)
                     # Per-module stats are per call; the global counters we
                     # read are not touched by this.
                     tracker.reset_mod_stats()
                     start_phase()
                     with autocast():
-                        loss = model(input_ids=input_ids, labels=input_ids).loss
+                        if loop == "custom":
+                            # `outputs = model(**batch)`: the previous outputs (logits, cache)
+                            # live through this forward, until the assignment replaces them.
+                            outputs = model(input_ids=input_ids, labels=input_ids)
+                            loss = outputs.loss
+                        else:
+                            # Only the loss survives the forward (HF Trainer, Lightning).
+                            loss = model(input_ids=input_ids, labels=input_ids).loss
                     if accum > 1:
                         loss = loss / accum
                     end_phase("forward", iteration)
                     start_phase()
                     loss.backward()
-                    del loss, input_ids
+                    if loop == "trainer":
+                        del loss, input_ids
                     end_phase("backward", iteration)
                 start_phase()
                 opt.step()
-                opt.zero_grad(set_to_none=True)
+                opt.zero_grad(set_to_none=(zero_grad == "none"))
                 end_phase("optimizer", iteration)
                 resident_opt_state = dev_snapshot("current").get("Optstate", 0)
+        del outputs
         t_done = time.perf_counter()
 
     breakdown = {CATEGORY_KEYS[k]: int(v) for k, v in best["snap"].items() if k in CATEGORY_KEYS}
@@ -340,7 +489,9 @@ def run_case(case: dict, versions: dict) -> dict:
         f"train_seconds={t_done - t_built:.2f}",
         f"kernels={kernels}",
     ]
-    if versions.get("autocast_rules") == "cuda" and precision in ("fp16-mixed", "bf16-mixed"):
+    if emulate == "cuda":
+        notes.append("emulate=cuda (dropout, SDPA kernels, packed-sequence check and autocast lists as on CUDA)")
+    elif versions.get("autocast_rules") == "cuda" and precision in ("fp16-mixed", "bf16-mixed"):
         notes.append("autocast_rules=cuda (CUDA float32 op lists emulated on the CPU autocast key)")
     if model_type == "mixtral" and experts_impl:
         notes.append(f"experts_implementation={experts_impl}")
@@ -364,6 +515,10 @@ def run_case(case: dict, versions: dict) -> dict:
         "grad_accum": accum,
         "foreach": foreach,
         "autocast_rules": versions.get("autocast_rules", "cpu"),
+        "emulate": emulate,
+        "loop": loop,
+        "zero_grad": zero_grad,
+        "use_cache": use_cache,
         "peak_bytes": int(best["peak"]),
         "peak_phase": best["phase"],
         "breakdown_at_peak": breakdown,
@@ -391,7 +546,17 @@ def main() -> int:
         help="cuda: emulate CUDA autocast's float32 op lists (only mixed-precision cases run; "
         "default results file validation/results-cuda-autocast.jsonl)",
     )
+    ap.add_argument(
+        "--emulate",
+        choices=EMULATIONS,
+        default="none",
+        help="cuda: run the cases marked \"emulate\": \"cuda\" with CUDA's mechanisms emulated on "
+        "the CPU (install_cuda_emulation); none (default): the other cases, PyTorch on the CPU as it is",
+    )
     args = ap.parse_args()
+    if args.emulate == "cuda" and args.autocast_rules == "cuda":
+        print("error: --emulate cuda already applies CUDA's autocast lists", file=sys.stderr)
+        return 2
     if args.autocast_rules == "cuda" and args.results == str(HERE / "results.jsonl"):
         args.results = str(HERE / "results-cuda-autocast.jsonl")
 
@@ -425,6 +590,23 @@ def main() -> int:
         install_cuda_autocast_rules(torch)
         versions["autocast_rules"] = "cuda"
         cases = [c for c in cases if c["precision"] in ("fp16-mixed", "bf16-mixed")]
+    # A process runs either the emulated cases or the plain ones: the emulation patches
+    # torch and transformers for the whole process.
+    cases = [c for c in cases if c.get("emulate", "none") == args.emulate]
+    if args.emulate == "cuda":
+        install_cuda_emulation(torch, transformers)
+        versions["emulate"] = "cuda"
+        versions["autocast_rules"] = "cuda"
+
+    runnable = {case_id(c) for c in cases}
+    elsewhere = [o for o in args.only if o not in runnable]
+    if elsewhere:
+        print(
+            f"error: case(s) {elsewhere} do not run in this mode "
+            "(emulated cases need --emulate cuda, mixed precision for --autocast-rules cuda)",
+            file=sys.stderr,
+        )
+        return 2
 
     results_path = Path(args.results)
     existing: list[dict] = []

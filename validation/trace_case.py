@@ -93,9 +93,11 @@ def trace(case: dict, phase_filter: str | None) -> dict:
     batch, seq = int(case["batch"]), int(case["seq_len"])
     precision = case["precision"]
     accum = int(case.get("grad_accum", 1))
+    loop = case.get("loop", "trainer")
+    zero_grad = case.get("zero_grad", "none")
     torch.manual_seed(0)
     config = transformers.AutoConfig.for_model(**cfg_dict)
-    config.use_cache = False
+    config.use_cache = oracle.case_use_cache(case, getattr(config, "use_cache", False))
     auto = (
         transformers.AutoModelForMaskedLM
         if model_type in oracle.MASKED_LM_TYPES
@@ -123,6 +125,7 @@ def trace(case: dict, phase_filter: str | None) -> dict:
 
         tracker = Tracer()
         tracker.track_external(model, opt)
+        outputs = None
         with tracker:
             for iteration in range(2):
                 state["iteration"] = iteration
@@ -132,15 +135,21 @@ def trace(case: dict, phase_filter: str | None) -> dict:
                     tracker.reset_mod_stats()
                     state["phase"] = "forward"
                     with autocast():
-                        loss = model(input_ids=input_ids, labels=input_ids).loss
+                        if loop == "custom":
+                            outputs = model(input_ids=input_ids, labels=input_ids)
+                            loss = outputs.loss
+                        else:
+                            loss = model(input_ids=input_ids, labels=input_ids).loss
                     if accum > 1:
                         loss = loss / accum
                     state["phase"] = "backward"
                     loss.backward()
-                    del loss, input_ids
+                    if loop == "trainer":
+                        del loss, input_ids
                 state["phase"] = "optimizer"
                 opt.step()
-                opt.zero_grad(set_to_none=True)
+                opt.zero_grad(set_to_none=(zero_grad == "none"))
+        del outputs
 
     def live_at(index: int) -> list[dict]:
         live: dict[int, int] = {}
@@ -208,7 +217,12 @@ def main() -> int:
     if args.id not in cases:
         print(f"error: unknown case id {args.id!r}", file=sys.stderr)
         return 2
-    out = trace(cases[args.id], args.phase)
+    case = cases[args.id]
+    if case.get("emulate", "none") == "cuda":
+        import transformers
+
+        oracle.install_cuda_emulation(torch, transformers)
+    out = trace(case, args.phase)
     report(out)
     if args.json:
         with open(args.json, "w") as f:

@@ -910,4 +910,60 @@ mod tests {
             proptest::prop_assert_eq!(a.allocated, 0);
         }
     }
+
+    /// The step's own stream (every loop, zero_grad and cache mode), replayed through the
+    /// cache twice: reserved memory is never below allocated memory, at any event.
+    #[test]
+    fn reserved_is_never_below_allocated_at_any_event_of_a_step() {
+        use crate::setup::{TrainSetup, TrainingLoop, ZeroGrad};
+        use crate::timeline::{StreamEvent, StreamObserver, StreamState};
+
+        #[derive(Default)]
+        struct Stream(Vec<(u32, Option<u64>)>);
+        impl StreamObserver for Stream {
+            fn observe(&mut self, event: StreamEvent, _: StreamState<'_>) {
+                match event {
+                    StreamEvent::Alloc { tid, bytes, .. } => {
+                        self.0.push((tid.index() as u32, Some(bytes)));
+                    }
+                    StreamEvent::Free { tid, .. } => self.0.push((tid.index() as u32, None)),
+                    StreamEvent::Recategorize { .. } | StreamEvent::Phase(_) => {}
+                }
+            }
+        }
+        for (model, training_loop, zero_grad, use_cache) in [
+            ("gpt2", TrainingLoop::Custom, ZeroGrad::Zeros, Some(true)),
+            ("llama-3.2-1b", TrainingLoop::Trainer, ZeroGrad::SetToNone, None),
+            ("phi-3-mini", TrainingLoop::Custom, ZeroGrad::SetToNone, None),
+        ] {
+            let setup = TrainSetup {
+                micro_batch: 2,
+                seq_len: 256,
+                training_loop,
+                zero_grad,
+                use_cache,
+                ..TrainSetup::default()
+            };
+            let mut stream = Stream::default();
+            crate::step::simulate(&spec(model), &setup, &crate::Device::CUDA, vec![&mut stream])
+                .unwrap();
+            let mut cache = cache();
+            let mut blocks = std::collections::HashMap::new();
+            for _ in 0..2 {
+                for &(tid, bytes) in &stream.0 {
+                    match bytes {
+                        Some(b) => {
+                            blocks.insert(tid, cache.malloc(b).0);
+                        }
+                        None => {
+                            if let Some(block) = blocks.remove(&tid) {
+                                cache.release(block);
+                            }
+                        }
+                    }
+                    assert!(cache.reserved >= cache.allocated, "{model}");
+                }
+            }
+        }
+    }
 }

@@ -172,9 +172,8 @@ mod tests {
         };
         let e = crate::estimate(&spec("gpt2"), &setup).unwrap();
         let visible = gpu.cuda_visible();
-        let budget =
-            CardBudget::new(visible, crate::gpu::DEFAULT_CUDA_CONTEXT, default_margin(visible))
-                .unwrap();
+        let context = crate::overhead::cuda_context(&gpu, crate::overhead::ModuleLoading::Lazy);
+        let budget = CardBudget::new(visible, context.bytes, default_margin(visible)).unwrap();
         assert!(!judge(&e, &budget).fits);
     }
 
@@ -197,5 +196,37 @@ mod tests {
     fn a_margin_that_takes_the_card_is_refused() {
         let e = CardBudget::new(Bytes(8 << 30), Bytes(512 << 20), Bytes(8 << 30));
         assert!(matches!(e, Err(CardError::NothingLeft { .. })));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 16, ..Default::default() })]
+        /// The allocated peak ≤ the reserved peak ≤ device use, for every loop, zero_grad and
+        /// cache mode.
+        #[test]
+        fn device_use_is_at_least_reserved_which_is_at_least_allocated(
+            m in 0usize..31,
+            custom in proptest::bool::ANY,
+            zeros in proptest::bool::ANY,
+            cache in proptest::bool::ANY,
+            b in 1u64..4,
+        ) {
+            use crate::setup::{TrainingLoop, ZeroGrad};
+            let names = crate::catalog::names();
+            let setup = TrainSetup {
+                micro_batch: b,
+                seq_len: 128,
+                training_loop: if custom { TrainingLoop::Custom } else { TrainingLoop::Trainer },
+                zero_grad: if zeros { ZeroGrad::Zeros } else { ZeroGrad::SetToNone },
+                use_cache: Some(cache),
+                ..TrainSetup::default()
+            };
+            let e = crate::estimate(&spec(names[m % names.len()]), &setup).unwrap();
+            let budget = CardBudget::new(Bytes(1 << 40), Bytes(512 << 20), Bytes(0)).unwrap();
+            let v = judge(&e, &budget);
+            let r = e.reserved.unwrap();
+            proptest::prop_assert!(r.peak_allocated_blocks >= e.peak_allocated.get());
+            proptest::prop_assert!(v.peak_reserved.get() >= r.peak_allocated_blocks);
+            proptest::prop_assert!(v.device_used >= v.peak_reserved);
+        }
     }
 }

@@ -40,8 +40,10 @@ pub struct Device {
     /// Dropout's saved mask: `native_dropout`'s 1-byte mask (`true`), or the composite path's
     /// noise tensor in the input's dtype (`false`).
     pub dropout_byte_mask: bool,
-    /// The fused SDPA kernels get the causal mask materialised as an additive float
-    /// `[B, 1, S, S]` tensor per layer (the CPU oracle's fake-tensor path).
+    /// transformers' packed-sequence check cannot decide (fake tensors), so without a KV cache
+    /// SDPA gets a causal mask instead of `is_causal`: the fused kernels then save it
+    /// materialised as an additive float `[B, 1, S, S]` tensor per layer, and grouped-query
+    /// models get `repeat_kv` copies (the CPU oracle). With a cache the check is skipped.
     pub sdpa_materialised_mask: bool,
     /// The math SDPA kernel upcasts 16-bit inputs to fp32.
     pub math_kernel_upcasts: bool,
@@ -57,6 +59,12 @@ pub struct Device {
     /// PyTorch's caching allocator and its `PYTORCH_CUDA_ALLOC_CONF` (`None`: no caching
     /// allocator, so nothing is reserved beyond what is allocated: the CPU oracle).
     pub allocator: Option<crate::allocator::AllocConf>,
+    /// `scaled_dot_product_attention(enable_gqa=True)` reads the shared key/value heads in its
+    /// fused kernels (CUDA's flash, memory-efficient and cuDNN kernels in torch 2.15; the
+    /// CPU's flash kernel): transformers passes it instead of calling `repeat_kv` when SDPA
+    /// gets no mask and the head dimension is at most 256 (`use_gqa_in_sdpa`). The math
+    /// kernel repeats the heads itself.
+    pub sdpa_enable_gqa: bool,
 }
 
 /// cuBLAS's default workspace for one handle (`CUBLAS_WORKSPACE_CONFIG` unset).
@@ -75,6 +83,7 @@ impl Device {
         allocation_granularity: 512,
         workspaces: &[CUBLAS_WORKSPACE, CUBLAS_WORKSPACE],
         allocator: Some(crate::allocator::AllocConf::DEFAULT),
+        sdpa_enable_gqa: true,
     };
 
     /// The CPU fake-tensor oracle of `validation/oracle.py`.
@@ -89,6 +98,7 @@ impl Device {
         allocation_granularity: 1,
         workspaces: &[],
         allocator: None,
+        sdpa_enable_gqa: true,
     };
 }
 

@@ -3,15 +3,12 @@
 //! The data lives in `data/gpus.json` (compiled in). Two totals per card: what `nvidia-smi`
 //! reports (NVML) and what CUDA exposes to PyTorch (`get_device_properties().total_memory`,
 //! the "total capacity" of OOM messages), which is what a run is budgeted against. The capacity
-//! for a verdict is the CUDA-visible total minus the CUDA context (see [`DEFAULT_CUDA_CONTEXT`]).
+//! for a verdict is the CUDA-visible total minus the CUDA context of the card's generation
+//! (`crate::overhead`).
 
 use serde::Deserialize;
 
 use crate::units::{Bytes, parse_size};
-
-/// Memory the CUDA context and lazily loaded kernels take outside PyTorch's allocator:
-/// observed 256–426 MiB with lazy loading (CUDA ≥ 11.7); we budget 512 MiB by default.
-pub const DEFAULT_CUDA_CONTEXT: Bytes = Bytes(512 << 20);
 
 static CATALOG_JSON: &str = include_str!("../data/gpus.json");
 

@@ -117,6 +117,9 @@ pub(crate) struct Graph<'o> {
     pub(crate) params: Vec<ParamState>,
     /// While false (inside a checkpointed segment's first forward), nothing is saved.
     pub(crate) saving: bool,
+    /// Storages the model's output object will hold besides the logits and the loss (the KV
+    /// cache's keys and values), one reference each, gathered during the forward.
+    pub(crate) outputs: Vec<Tid>,
 }
 
 impl<'o> Graph<'o> {
@@ -132,6 +135,7 @@ impl<'o> Graph<'o> {
             requires_grad: Vec::new(),
             params: Vec::new(),
             saving: true,
+            outputs: Vec::new(),
         }
     }
 
@@ -486,6 +490,21 @@ impl<'o> Graph<'o> {
         for g in grads {
             self.tl.release(g);
         }
+    }
+
+    /// The gradients `zero_grad(set_to_none=False)` keeps from the previous step: every
+    /// training parameter's `.grad`, allocated (and zeroed in place) before the forward;
+    /// backward then adds into them.
+    pub(crate) fn keep_gradients(&mut self) -> Result<(), Overflow> {
+        for i in 0..self.params.len() {
+            let p = &self.params[i];
+            if p.trains && p.grad.is_none() {
+                let bytes = p.grad_bytes();
+                let t = self.tl.alloc(Component::Gradients, bytes)?;
+                self.params[i].grad = Some(t);
+            }
+        }
+        Ok(())
     }
 }
 

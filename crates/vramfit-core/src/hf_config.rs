@@ -63,6 +63,8 @@ pub struct RawConfig {
     pub attn_logit_softcapping: Option<f64>,
     /// `final_logit_softcapping` (Gemma 2).
     pub final_logit_softcapping: Option<f64>,
+    /// `use_cache`.
+    pub use_cache: Option<bool>,
 }
 
 fn field<'a>(
@@ -147,6 +149,7 @@ impl RawConfig {
             type_vocab_size: uint(map, &["type_vocab_size"])?,
             attn_logit_softcapping: float(map, &["attn_logit_softcapping"])?,
             final_logit_softcapping: float(map, &["final_logit_softcapping"])?,
+            use_cache: boolean(map, &["use_cache"])?,
         })
     }
 }

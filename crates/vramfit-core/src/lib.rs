@@ -7,7 +7,9 @@
 //! * [`units`] — [`Bytes`] and [`DType`], checked byte arithmetic; [`parse_count`] — `1B`, `7e9`.
 //! * [`setup`] — [`TrainSetup`]: batch, sequence, precision, optimizer, attention, checkpointing,
 //!   frozen parts and LoRA; [`peft`] — which parameters train and which linears carry adapters.
-//! * [`gpu`] — the GPU catalog (data file `data/gpus.json`); [`card`] — the whole-card verdict.
+//! * [`gpu`] — the GPU catalog (data file `data/gpus.json`); [`card`] — the whole-card verdict;
+//!   [`overhead`] — the CUDA context, library workspaces and NCCL by GPU generation
+//!   (`data/card.json`).
 //! * [`hf_config`] and [`model`] — `config.json` → [`ModelSpec`]; [`catalog`] — built-in models;
 //!   [`layout`] — every parameter and buffer of a model, declared once.
 //! * [`Device`] — a device's mechanisms as data (CUDA, the CPU oracle).
@@ -25,6 +27,7 @@ pub mod layout;
 pub mod model;
 #[doc(hidden)]
 pub mod oracle_case;
+pub mod overhead;
 pub mod peft;
 pub mod setup;
 pub mod units;
@@ -50,7 +53,7 @@ pub use gpu::{Gpu, GpuCatalogError};
 pub use model::{Architecture, ConfigError, ModelSpec};
 pub use setup::{
     Attention, Checkpointing, Freeze, Lora, LoraTargets, Optimizer, OptimizerImpl, Precision,
-    TrainSetup, UnknownName,
+    TrainSetup, TrainingLoop, UnknownName, ZeroGrad,
 };
 pub use timeline::{Component, Phase, StepTimeline, TimelinePoint};
 pub use units::{Bytes, DType, Overflow};

@@ -9,7 +9,9 @@ use std::fmt;
 
 use serde::Serialize;
 
-use self::architecture::{BiasRule, EmbeddingDropoutRule, HeadDimRule, PositionRule, traits};
+use self::architecture::{
+    BiasRule, CacheRule, EmbeddingDropoutRule, HeadDimRule, PositionRule, traits,
+};
 use crate::hf_config::RawConfig;
 
 mod architecture;
@@ -243,6 +245,11 @@ pub struct ModelSpec {
     /// `[B, 1, S, S]` masks the base model builds for eager attention and passes to every
     /// layer (Gemma 2: a full and a sliding-window one; encoders without padding: none).
     pub eager_masks: u64,
+    /// Whether the model builds a KV cache (`DynamicCache`) when it runs in training: a
+    /// decoder's `config.use_cache` (true by default in every `transformers` decoder config
+    /// here), or `None` for an encoder, which never builds one. Gradient checkpointing turns
+    /// it off.
+    pub use_cache: Option<bool>,
 }
 
 /// A `config.json` that cannot be turned into a [`ModelSpec`].
@@ -384,7 +391,8 @@ impl ModelSpec {
     /// activations (silu; GPT-2 `gelu_new`; Gemma 2 `gelu_pytorch_tanh`; BERT, NeoX `gelu`),
     /// tied embeddings (Gemma, GPT-2, BERT, RoBERTa: yes; others: no), dropouts (GPT-2 0.1,
     /// BERT/RoBERTa 0.1, others 0), NeoX `rotary_pct` 0.25 and parallel residual, Mixtral 8
-    /// experts top-2, Gemma 2 softcaps 50 / 30, BERT `type_vocab_size` 2.
+    /// experts top-2, Gemma 2 softcaps 50 / 30, BERT `type_vocab_size` 2, `use_cache` true
+    /// (decoders; BERT and RoBERTa, encoders, never build a cache).
     pub fn resolve(raw: &RawConfig) -> Result<ModelSpec, ConfigError> {
         let model_type =
             raw.model_type.as_deref().ok_or(ConfigError::Missing { field: "model_type" })?;
@@ -568,6 +576,10 @@ impl ModelSpec {
             loss_upcasts_logits: t.loss_upcasts_logits,
             eager_softmax_fp32: t.eager_softmax_fp32,
             eager_masks: t.eager_masks,
+            use_cache: match t.cache {
+                CacheRule::Config(default) => Some(raw.use_cache.unwrap_or(default)),
+                CacheRule::Never => None,
+            },
         };
         // Reject shapes whose parameter count overflows before anyone multiplies by a batch.
         spec.checked_parameter_count().ok_or(ConfigError::Overflow)?;

@@ -9,7 +9,10 @@ use serde_json::{Map, Value};
 
 use crate::device::Device;
 use crate::model::ModelSpec;
-use crate::setup::{Attention, Checkpointing, Optimizer, OptimizerImpl, Precision, TrainSetup};
+use crate::setup::{
+    Attention, Checkpointing, Optimizer, OptimizerImpl, Precision, TrainSetup, TrainingLoop,
+    ZeroGrad,
+};
 use crate::units::DType;
 use crate::{Phase, catalog};
 
@@ -42,6 +45,17 @@ pub struct OracleCase {
     pub foreach: bool,
     /// `cpu`, or `cuda` when CUDA's autocast float32 lists were emulated on the CPU.
     pub autocast_rules: String,
+    /// `none` (PyTorch on the CPU as it is) or `cuda` (CUDA's mechanisms emulated on the CPU:
+    /// `oracle.py --emulate cuda`).
+    pub emulate: String,
+    /// `trainer` (only the loss survives the forward) or `custom` (the outputs are held until
+    /// the next forward).
+    #[serde(rename = "loop")]
+    pub training_loop: String,
+    /// `none` (`zero_grad(set_to_none=True)`) or `zeros` (`set_to_none=False`).
+    pub zero_grad: String,
+    /// Whether the model built its KV cache (`config.use_cache` as the case set it).
+    pub use_cache: bool,
     /// The oracle's peak.
     pub peak_bytes: u64,
     /// The phase of its peak (`forward`, `backward`, `optimizer`).
@@ -101,18 +115,33 @@ impl OracleCase {
             } else {
                 OptimizerImpl::ForLoop
             },
+            training_loop: self.training_loop.parse::<TrainingLoop>().map_err(err)?,
+            zero_grad: self.zero_grad.parse::<ZeroGrad>().map_err(err)?,
+            use_cache: Some(self.use_cache),
             ..TrainSetup::default()
         })
     }
 
-    /// The oracle: the CPU, with CUDA's autocast lists when the case emulated them.
+    /// Whether the case ran CUDA's mechanisms emulated on the CPU (it is then the check of
+    /// the CUDA target; the others check the CPU target).
+    pub fn emulates_cuda(&self) -> bool {
+        self.emulate == "cuda"
+    }
+
+    /// The device the case is estimated on: the CPU oracle (with CUDA's autocast lists when
+    /// the case emulated them), or for an emulated CUDA run, [`Device::CUDA`] less what the
+    /// emulation cannot run on the CPU ([`cuda_as_emulated`]).
     pub fn device(&self) -> Result<Device, String> {
-        match self.autocast_rules.as_str() {
-            "cpu" => Ok(Device::CPU_ORACLE),
-            "cuda" => {
+        match (self.emulate.as_str(), self.autocast_rules.as_str()) {
+            ("none", "cpu") => Ok(Device::CPU_ORACLE),
+            ("none", "cuda") => {
                 Ok(Device { autocast_fp32: Device::CUDA.autocast_fp32, ..Device::CPU_ORACLE })
             }
-            other => Err(format!("{}: unknown autocast_rules '{other}'", self.id)),
+            ("cuda", "cuda") => Ok(cuda_as_emulated()),
+            (emulate, rules) => Err(format!(
+                "{}: unknown emulate '{emulate}' with autocast_rules '{rules}'",
+                self.id
+            )),
         }
     }
 
@@ -125,5 +154,149 @@ impl OracleCase {
             "optimizer" => Ok(Phase::OptimizerStep),
             other => Err(format!("{}: unknown peak_phase '{other}'", self.id)),
         }
+    }
+}
+
+/// [`Device::CUDA`] as `oracle.py --emulate cuda` runs it on the CPU: every mechanism of the
+/// step (dropout's bool masks, SDPA's kernels, no materialised causal mask, autocast's lists,
+/// `enable_gqa`) but three that live outside what the CPU run can show: cuBLAS's workspaces,
+/// the caching allocator's 512-byte rounding (and its reserved memory), and Adam's `step`
+/// counters, which CUDA keeps on the host. Those three are each a field of `Device::CUDA`
+/// whose values come from PyTorch's source, not from the oracle.
+pub fn cuda_as_emulated() -> Device {
+    Device {
+        name: "cuda (emulated on the cpu)",
+        workspaces: &[],
+        allocation_granularity: 1,
+        step_counters_on_device: true,
+        allocator: None,
+        ..Device::CUDA
+    }
+}
+
+/// One setup measured on a real GPU by `validation/gpu_measure.py` (a line of
+/// `validation/results-gpu.jsonl`): the setup in the oracle's keys, the card, and what the
+/// caching allocator and the driver reported.
+#[derive(Debug, Clone, Deserialize)]
+pub struct GpuMeasurement {
+    /// The format of the line (1).
+    pub format: u32,
+    /// The setup id (the oracle's case id scheme).
+    pub id: String,
+    /// The catalog model.
+    pub model: String,
+    /// Micro-batch.
+    pub batch: u64,
+    /// Sequence length.
+    pub seq_len: u64,
+    /// Precision, as the CLI spells it.
+    pub precision: String,
+    /// Optimizer, as the CLI spells it.
+    pub optimizer: String,
+    /// The optimizer state's dtype when not the default.
+    pub optimizer_state_dtype: Option<String>,
+    /// Attention kernel.
+    pub attention: String,
+    /// Checkpointing.
+    pub checkpointing: String,
+    /// Micro-batches per step.
+    pub grad_accum: u64,
+    /// Whether `torch.optim` ran with `foreach=True`.
+    pub foreach: bool,
+    /// `trainer` or `custom`.
+    #[serde(rename = "loop")]
+    pub training_loop: String,
+    /// `none` or `zeros`.
+    pub zero_grad: String,
+    /// Whether the model built its KV cache.
+    pub use_cache: bool,
+    /// `PYTORCH_CUDA_ALLOC_CONF` of the run (empty when unset).
+    pub alloc_conf: String,
+    /// The card as CUDA names it (`NVIDIA H200`).
+    pub gpu_name: String,
+    /// Its CUDA-visible total (`get_device_properties().total_memory`).
+    pub gpu_total_bytes: u64,
+    /// Its compute capability (`9.0`).
+    pub compute_capability: String,
+    /// `max_memory_allocated()`.
+    pub peak_allocated_bytes: u64,
+    /// `max_memory_reserved()`.
+    pub peak_reserved_bytes: u64,
+    /// What the process held on the card at its peak (NVML, or device-wide used memory); `None`
+    /// when it could not be read.
+    pub device_used_bytes: Option<u64>,
+    /// `nvml`, `nvml-device` or `mem_get_info`: how device use was read.
+    pub device_used_source: String,
+    /// Device use less reserved memory at the end of the run.
+    pub context_bytes: Option<u64>,
+    /// The largest reserved-but-unallocated memory seen at a phase end.
+    pub fragmentation_bytes: u64,
+    /// A made-up record showing the format (`gpu_measure.py --example`), never a measurement.
+    #[serde(default)]
+    pub synthetic: bool,
+}
+
+impl GpuMeasurement {
+    /// Parses a JSON-lines file of measurements (blank lines skipped).
+    pub fn parse_lines(text: &str) -> Result<Vec<GpuMeasurement>, String> {
+        text.lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| serde_json::from_str(l).map_err(|e| format!("line {}: {e}", i + 1)))
+            .collect()
+    }
+
+    /// The catalog model.
+    pub fn spec(&self) -> Result<ModelSpec, String> {
+        let json = catalog::config_json(&self.model)
+            .ok_or_else(|| format!("{}: no catalog model '{}'", self.id, self.model))?;
+        ModelSpec::from_hf_config(json).map_err(|e| format!("{}: {e}", self.id))
+    }
+
+    /// The training setup the run used.
+    pub fn setup(&self) -> Result<TrainSetup, String> {
+        let as_case = OracleCase {
+            id: self.id.clone(),
+            model: self.model.clone(),
+            architecture: String::new(),
+            batch: self.batch,
+            seq_len: self.seq_len,
+            precision: self.precision.clone(),
+            optimizer: self.optimizer.clone(),
+            optimizer_state_dtype: self.optimizer_state_dtype.clone(),
+            attention: self.attention.clone(),
+            checkpointing: self.checkpointing.clone(),
+            grad_accum: self.grad_accum,
+            foreach: self.foreach,
+            autocast_rules: "cuda".into(),
+            emulate: "none".into(),
+            training_loop: self.training_loop.clone(),
+            zero_grad: self.zero_grad.clone(),
+            use_cache: self.use_cache,
+            peak_bytes: self.peak_allocated_bytes,
+            peak_phase: String::new(),
+            params: 0,
+            oracle_seconds: 0.0,
+            config_overrides: None,
+        };
+        as_case.setup()
+    }
+
+    /// The card: the catalog's entry for its name, else a card of its total and compute
+    /// capability.
+    pub fn gpu(&self) -> crate::gpu::GpuChoice {
+        crate::gpu::resolve(&self.gpu_name)
+            .unwrap_or(crate::gpu::GpuChoice::Capacity(crate::units::Bytes(self.gpu_total_bytes)))
+    }
+
+    /// `Device::CUDA` on this card: its cuBLAS workspaces and the run's allocator settings.
+    pub fn device(&self) -> Result<Device, String> {
+        let conf = crate::allocator::AllocConf::parse(&self.alloc_conf)
+            .map_err(|e| format!("{}: {e}", self.id))?;
+        Ok(Device {
+            workspaces: crate::overhead::cublas_workspaces(Some(&self.gpu())),
+            allocator: Some(conf),
+            ..Device::CUDA
+        })
     }
 }

@@ -195,6 +195,79 @@ pub struct TrainSetup {
     /// LoRA adapters on a frozen base (PEFT's `get_peft_model`); `None` trains every parameter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<Lora>,
+    /// What the training loop keeps of the model's output between steps.
+    #[serde(default)]
+    pub training_loop: TrainingLoop,
+    /// How `optimizer.zero_grad()` clears the gradients.
+    #[serde(default)]
+    pub zero_grad: ZeroGrad,
+    /// The KV cache transformers builds in training (`config.use_cache`); `None` takes the
+    /// config's value, as a script that leaves `model.config.use_cache` alone does.
+    #[serde(default)]
+    pub use_cache: Option<bool>,
+}
+
+/// What the training loop keeps of the model's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrainingLoop {
+    /// Only the loss survives the forward: the HF Trainer, Lightning, TRL, torchtune.
+    Trainer,
+    /// `outputs = model(**batch)` is held until the next forward's assignment replaces it,
+    /// with the logits and the KV cache it holds (the HF course's and accelerate's loops).
+    /// The default: it never predicts less than the trainer loop, so a verdict for it holds
+    /// for both.
+    #[default]
+    Custom,
+}
+
+impl TrainingLoop {
+    /// All variants.
+    pub const ALL: [TrainingLoop; 2] = [TrainingLoop::Trainer, TrainingLoop::Custom];
+
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            TrainingLoop::Trainer => "trainer",
+            TrainingLoop::Custom => "custom",
+        }
+    }
+}
+
+/// `optimizer.zero_grad(set_to_none=...)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ZeroGrad {
+    /// `set_to_none=True` (PyTorch's default since 2.0): the gradients are freed and the next
+    /// backward creates them again.
+    #[default]
+    #[serde(rename = "none")]
+    SetToNone,
+    /// `set_to_none=False`: every `.grad` stays allocated, zeroed in place, through the next
+    /// forward; backward adds into it.
+    Zeros,
+}
+
+impl ZeroGrad {
+    /// All variants.
+    pub const ALL: [ZeroGrad; 2] = [ZeroGrad::SetToNone, ZeroGrad::Zeros];
+
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            ZeroGrad::SetToNone => "none",
+            ZeroGrad::Zeros => "zeros",
+        }
+    }
+}
+
+impl TrainSetup {
+    /// Whether transformers builds a KV cache in this step: `use_cache` (this setup's, else the
+    /// config's) on a decoder, without gradient checkpointing, which turns it off.
+    pub fn kv_cache(&self, spec: &crate::model::ModelSpec) -> bool {
+        spec.use_cache.is_some_and(|config| self.use_cache.unwrap_or(config))
+            && self.checkpointing == Checkpointing::None
+    }
 }
 
 /// Parameters frozen in full fine-tuning: they get no gradient and no optimizer state.
@@ -289,6 +362,9 @@ impl Default for TrainSetup {
             optimizer_impl: OptimizerImpl::Foreach,
             freeze: Freeze::default(),
             lora: None,
+            training_loop: TrainingLoop::Custom,
+            zero_grad: ZeroGrad::SetToNone,
+            use_cache: None,
         }
     }
 }
@@ -352,6 +428,14 @@ named_enum!(OptimizerImpl, "optimizer implementation",
     "forloop" => OptimizerImpl::ForLoop, "for_loop" => OptimizerImpl::ForLoop,
     "single-tensor" => OptimizerImpl::ForLoop,
 );
+named_enum!(TrainingLoop, "training loop",
+    "hf-trainer" => TrainingLoop::Trainer, "lightning" => TrainingLoop::Trainer,
+    "outputs" => TrainingLoop::Custom,
+);
+named_enum!(ZeroGrad, "zero-grad mode",
+    "set-to-none" => ZeroGrad::SetToNone, "set_to_none" => ZeroGrad::SetToNone,
+    "true" => ZeroGrad::SetToNone, "zero" => ZeroGrad::Zeros, "false" => ZeroGrad::Zeros,
+);
 named_enum!(Checkpointing, "checkpointing",
     "off" => Checkpointing::None, "no" => Checkpointing::None, "false" => Checkpointing::None,
     "on" => Checkpointing::Full, "true" => Checkpointing::Full, "yes" => Checkpointing::Full,
@@ -374,6 +458,12 @@ mod tests {
         }
         for c in Checkpointing::ALL {
             assert_eq!(c.name().parse::<Checkpointing>(), Ok(c));
+        }
+        for l in TrainingLoop::ALL {
+            assert_eq!(l.name().parse::<TrainingLoop>(), Ok(l));
+        }
+        for z in ZeroGrad::ALL {
+            assert_eq!(z.name().parse::<ZeroGrad>(), Ok(z));
         }
     }
 

@@ -371,6 +371,31 @@ impl<'o> Timeline<'o> {
         Ok(tid)
     }
 
+    /// Allocates a freed storage again under its own handle: the next iteration's tensor in
+    /// the role this one had (what a training loop keeps across steps), so that an observer
+    /// replaying the step iteration after iteration sees the same storage freed and made.
+    pub(crate) fn revive(
+        &mut self,
+        t: Tid,
+        component: Component,
+        bytes: u64,
+    ) -> Result<(), Overflow> {
+        let bytes =
+            bytes.div_ceil(self.granularity).checked_mul(self.granularity).ok_or(Overflow)?;
+        let s = &mut self.slots[t.index()];
+        assert_eq!(s.refs, 0, "storage {} revived while alive", t.0);
+        *s = Slot { bytes, component, refs: 1 };
+        self.total = self.total.checked_add(bytes).ok_or(Overflow)?;
+        self.live[component.index()] += bytes;
+        self.tell(StreamEvent::Alloc { tid: t, bytes, component });
+        Ok(())
+    }
+
+    /// A storage's size as allocated (rounded to the granularity).
+    pub(crate) fn bytes_of(&self, t: Tid) -> u64 {
+        self.slots[t.index()].bytes
+    }
+
     fn slot(&mut self, t: Tid) -> &mut Slot {
         let s = &mut self.slots[t.index()];
         assert!(s.refs > 0, "storage {} used after it was freed", t.0);

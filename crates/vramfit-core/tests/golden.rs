@@ -1,7 +1,7 @@
 //! The golden file of estimates: every catalog model × precision × optimizer × attention ×
 //! checkpointing × two batch/sequence sizes on CUDA, plus samples of what that grid does not
-//! reach (gradient accumulation, optimizer implementations and state dtypes, the CPU oracle and
-//! its CUDA-autocast emulation). Each line holds the peak, its phase, the components at the
+//! reach (gradient accumulation, optimizer implementations and state dtypes, the training
+//! loop, zero_grad and the KV cache, the CPU oracle and its CUDA-autocast emulation). Each line holds the peak, its phase, the components at the
 //! peak, the phase peaks, the model states and the warnings, to the byte.
 //!
 //! The test fails on any difference, so every changed number is a decision: when a change is
@@ -13,7 +13,7 @@ use std::path::Path;
 
 use vramfit_core::{
     Attention, Checkpointing, DType, Device, ModelSpec, Optimizer, OptimizerImpl, Precision,
-    TrainSetup, catalog, estimate_on,
+    TrainSetup, TrainingLoop, ZeroGrad, catalog, estimate_on,
 };
 
 const GOLDEN: &str = "tests/golden/estimates.txt";
@@ -70,6 +70,18 @@ impl Case {
         }
         if let Some(d) = s.optimizer_state_dtype {
             let _ = write!(key, " state={}", d.torch_name());
+        }
+        // The loop, zero_grad and the KV cache when they are not the defaults.
+        let defaults = TrainSetup::default();
+        if s.training_loop != defaults.training_loop {
+            let _ = write!(key, " loop={}", s.training_loop);
+        }
+        if s.zero_grad != defaults.zero_grad {
+            let _ = write!(key, " zero-grad={}", s.zero_grad);
+        }
+        if s.use_cache != defaults.use_cache {
+            let cache = s.use_cache.map_or("config".to_string(), |c| c.to_string());
+            let _ = write!(key, " use-cache={cache}");
         }
         match self.on {
             On::Cuda => {}
@@ -144,6 +156,25 @@ fn cases() -> Vec<Case> {
             },
             on: On::CpuOracle,
         });
+        // What the loop and the model keep, each choice the defaults do not make.
+        let defaults = TrainSetup::default();
+        let mut kept = Vec::new();
+        for training_loop in TrainingLoop::ALL.into_iter().filter(|l| *l != defaults.training_loop)
+        {
+            kept.push(TrainSetup { training_loop, ..base.clone() });
+        }
+        for zero_grad in ZeroGrad::ALL.into_iter().filter(|z| *z != defaults.zero_grad) {
+            kept.push(TrainSetup { zero_grad, ..base.clone() });
+        }
+        for use_cache in [None, Some(true), Some(false)] {
+            if use_cache != defaults.use_cache {
+                kept.push(TrainSetup { use_cache, ..base.clone() });
+            }
+        }
+        for setup in kept {
+            cases.push(Case { model, setup: setup.clone(), on: On::Cuda });
+            cases.push(Case { model, setup, on: On::CpuOracle });
+        }
     }
     cases
 }

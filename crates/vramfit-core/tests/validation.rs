@@ -1,14 +1,18 @@
 //! Proof of accuracy: every case the PyTorch oracle measured (`validation/results.jsonl`) is
-//! estimated with `Device::CPU_ORACLE`, and the test fails when any prediction is off by more
-//! than 5% of the oracle's peak. It prints the table and the median and worst error; the
-//! ignored test `write_accuracy_md` writes the same table to `ACCURACY.md`.
+//! estimated on the device it stands for, and the test fails when any prediction is off by
+//! more than the tolerance below. Two targets are held: the CPU target
+//! (`Device::CPU_ORACLE`) to the plain oracle, and the CUDA target (`Device::CUDA` less the
+//! three host-side mechanisms `oracle_case::cuda_as_emulated` names) to the oracle's emulation
+//! of CUDA (`oracle.py --emulate cuda`). Each prints its table and the median and worst error;
+//! the ignored test `write_accuracy_md` writes the same tables to `ACCURACY.md`.
 
 use std::fmt::Write as _;
 
 use vramfit_core::estimate_on;
 use vramfit_core::oracle_case::OracleCase;
 
-const TOLERANCE_PERCENT: f64 = 5.0;
+/// The goal is 1% on every case, for both targets; a case beyond it fails.
+const TOLERANCE_PERCENT: f64 = 1.0;
 
 struct Row {
     id: String,
@@ -29,16 +33,23 @@ const RESULTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/res
 const RESULTS_CUDA_AUTOCAST: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/results-cuda-autocast.jsonl");
 
-fn rows() -> Vec<Row> {
-    rows_from(RESULTS)
+/// The plain oracle's cases: the CPU target's check.
+fn cpu_rows() -> Vec<Row> {
+    rows_from(RESULTS, |case| !case.emulates_cuda())
 }
 
-/// Every case of a results file, estimated on the device the case ran on.
-fn rows_from(path: &str) -> Vec<Row> {
+/// The oracle's emulation of CUDA: the CUDA target's check.
+fn cuda_rows() -> Vec<Row> {
+    rows_from(RESULTS, OracleCase::emulates_cuda)
+}
+
+/// The cases of a results file that `keep` selects, estimated on the device each ran on.
+fn rows_from(path: &str, keep: impl Fn(&OracleCase) -> bool) -> Vec<Row> {
     let text = std::fs::read_to_string(path).expect("oracle results are committed");
     OracleCase::parse_lines(&text)
         .expect("oracle results parse")
         .iter()
+        .filter(|case| keep(case))
         .map(|case| {
             let spec = case.spec().expect("spec");
             let setup = case.setup().expect("setup");
@@ -114,14 +125,13 @@ fn table(rows: &[Row]) -> String {
     out
 }
 
-#[test]
-fn predictions_are_within_five_percent_of_the_oracle() {
-    let rows = rows();
-    assert!(!rows.is_empty(), "no oracle cases");
-    let s = summarize(&rows);
-    println!("{}", table(&rows));
+#[track_caller]
+fn check_within_tolerance(what: &str, rows: &[Row]) {
+    assert!(!rows.is_empty(), "no {what} cases");
+    let s = summarize(rows);
+    println!("{}", table(rows));
     println!(
-        "{} cases, {} architectures; median |error| {:.2}%, worst {:.2}% ({})",
+        "{what}: {} cases, {} architectures; median |error| {:.2}%, worst {:.2}% ({})",
         s.cases,
         s.architectures.len(),
         s.median,
@@ -135,77 +145,90 @@ fn predictions_are_within_five_percent_of_the_oracle() {
         .collect();
     assert!(
         failing.is_empty(),
-        "{} case(s) off by more than 5%:\n{}",
+        "{} {what} case(s) off by more than {TOLERANCE_PERCENT}%:\n{}",
         failing.len(),
         failing.join("\n")
     );
 }
 
-#[track_caller]
-fn check_within_tolerance(rows: &[Row]) {
-    let failing: Vec<String> = rows
-        .iter()
-        .filter(|r| r.error_percent().abs() > TOLERANCE_PERCENT)
-        .map(|r| format!("{} ({:+.2}%)", r.id, r.error_percent()))
-        .collect();
-    assert!(
-        failing.is_empty(),
-        "{} case(s) off by more than 5%:\n{}",
-        failing.len(),
-        failing.join("\n")
-    );
-}
-
-/// The mixed-precision cases rerun with CUDA's autocast op lists: vramfit's model of those
-/// lists (the part of `Device::CUDA` a CPU can check) meets the same 5% bar.
 #[test]
-fn cuda_autocast_rules_are_within_five_percent_of_the_oracle() {
-    let rows = rows_from(RESULTS_CUDA_AUTOCAST);
-    assert!(!rows.is_empty(), "no CUDA-autocast oracle cases");
-    let s = summarize(&rows);
-    println!("{}", table(&rows));
-    println!(
-        "{} CUDA-autocast cases; median |error| {:.2}%, worst {:.2}% ({})",
-        s.cases, s.median, s.worst, s.worst_id
-    );
-    check_within_tolerance(&rows);
+fn the_cpu_target_is_within_tolerance_of_the_oracle() {
+    check_within_tolerance("CPU-target", &cpu_rows());
+}
+
+#[test]
+fn the_cuda_target_is_within_tolerance_of_the_cuda_emulation() {
+    check_within_tolerance("CUDA-target", &cuda_rows());
+}
+
+/// The mixed-precision cases rerun with CUDA's autocast op lists alone: vramfit's model of
+/// those lists meets the same bar.
+#[test]
+fn cuda_autocast_rules_are_within_tolerance_of_the_oracle() {
+    check_within_tolerance("CUDA-autocast", &rows_from(RESULTS_CUDA_AUTOCAST, |_| true));
 }
 
 /// `cargo test -p vramfit-core --test validation -- --ignored` regenerates ACCURACY.md.
 #[test]
 #[ignore = "writes ACCURACY.md; run on demand"]
 fn write_accuracy_md() {
-    let rows = rows();
-    let s = summarize(&rows);
     let mut doc = String::new();
     writeln!(doc, "# Accuracy of `vramfit estimate` against PyTorch\n").unwrap();
     writeln!(
         doc,
         "Generated by `cargo test -p vramfit-core --test validation -- --ignored` from\n\
          `validation/results.jsonl` (PyTorch's own MemTracker peak under FakeTensorMode, two\n\
-         training iterations; see `validation/README.md`). Each case is estimated with\n\
-         `Device::CPU_ORACLE`; the test `predictions_are_within_five_percent_of_the_oracle`\n\
-         fails when any case is off by more than 5%. The oracle's `forward` phase is the model\n\
-         call including the loss, which vramfit reports separately as `loss`.\n"
+         training iterations; see `validation/README.md`). These are **allocated** bytes\n\
+         (`max_memory_allocated`) checked against PyTorch's own accounting; reserved memory and\n\
+         what nvidia-smi shows are modelled and not yet measured (see the sections below).\n\
+         Two targets are held, each case's error is listed, and the tests\n\
+         `the_cpu_target_is_within_tolerance_of_the_oracle` and\n\
+         `the_cuda_target_is_within_tolerance_of_the_cuda_emulation` fail when any case is off\n\
+         by more than {TOLERANCE_PERCENT}%. The oracle's `forward` phase is the model call\n\
+         including the loss, which vramfit reports separately as `loss`. A case id ends in\n\
+         `-custom` (the loop keeps `outputs` until the next forward), `-zeros`\n\
+         (`zero_grad(set_to_none=False)`), `-cache` / `-cache=config` (the model built its KV\n\
+         cache) and `-emucuda` (CUDA's mechanisms emulated on the CPU); without them the loop\n\
+         keeps only the loss, gradients are set to None and `use_cache` is off.\n"
     )
     .unwrap();
-    writeln!(
-        doc,
-        "**{} cases, {} architectures ({}): median |error| {:.3}%, worst {:.2}%** (`{}`).\n",
-        s.cases,
-        s.architectures.len(),
-        s.architectures.join(", "),
-        s.median,
-        s.worst,
-        s.worst_id
-    )
-    .unwrap();
-    doc.push_str(&table(&rows));
+    let sections = [
+        (
+            "CPU target",
+            "`Device::CPU_ORACLE` against the plain oracle (PyTorch on the CPU)",
+            cpu_rows(),
+        ),
+        (
+            "CUDA target",
+            "`Device::CUDA` (less cuBLAS workspaces, 512-byte rounding and host-side `step` \
+             counters, which the CPU cannot show) against the oracle's emulation of CUDA \
+             (`oracle.py --emulate cuda`: dropout through `native_dropout`, SDPA through the \
+             CUDA kernel's aten op, no packed-sequence mask, `enable_gqa`, CUDA autocast lists)",
+            cuda_rows(),
+        ),
+    ];
+    for (name, what, rows) in &sections {
+        let s = summarize(rows);
+        writeln!(
+            doc,
+            "**{name}**: {what}. **{} cases, {} architectures ({}): median |error| {:.3}%, \
+             worst {:.2}%** (`{}`).\n",
+            s.cases,
+            s.architectures.len(),
+            s.architectures.join(", "),
+            s.median,
+            s.worst,
+            s.worst_id
+        )
+        .unwrap();
+        doc.push_str(&table(rows));
+        doc.push('\n');
+    }
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/ACCURACY.md");
     let previous = std::fs::read_to_string(path).unwrap_or_default();
     // Keep any hand-written sections after the generated table.
     let tail = previous.split_once("\n## ").map(|(_, t)| format!("\n## {t}")).unwrap_or_default();
-    std::fs::write(path, doc + &tail).expect("write ACCURACY.md");
+    std::fs::write(path, doc.trim_end().to_string() + "\n" + &tail).expect("write ACCURACY.md");
 }
 
 /// The size of the CUDA-vs-oracle differences quoted in ACCURACY.md, printed with

@@ -29,6 +29,8 @@ fn prediction(peak_gib: u64) -> Prediction {
             ..SizeHints::default()
         },
         gpu_capacity: None,
+        peak_reserved: None,
+        device_used: None,
     }
 }
 
@@ -85,4 +87,45 @@ fn a_bare_message_is_judged_against_the_gpu_given() {
     )
     .unwrap();
     assert!(report.messages[0].diagnoses.iter().all(|d| d.id != DiagnosisId::AgainstPrediction));
+}
+
+/// The allocator fails on what it must reserve: a step whose tensors fit the room can still
+/// not fit once its reserved peak is counted, and the verdict follows the reserved figure.
+#[test]
+fn the_reserved_peak_decides_where_the_message_gives_reserved_and_free() {
+    // Room: 21.50 GiB allocated + 356 MiB unallocated + 1.20 GiB free = about 23.05 GiB.
+    let mut p = prediction(22);
+    let report = diagnose_log_against(MESSAGE, &SizeHints::default(), Some(&p)).unwrap();
+    assert!(report.messages[0].diagnoses[0].title.starts_with("the estimate says 22.00 GiB is"));
+    p.peak_reserved = Some(Bytes(24 * GIB));
+    p.device_used = Some(Bytes(24 * GIB + 512 * MIB));
+    let report = diagnose_log_against(MESSAGE, &SizeHints::default(), Some(&p)).unwrap();
+    let first = &report.messages[0].diagnoses[0];
+    assert!(
+        first.title.starts_with("the estimate agrees: the step needs 24.00 GiB reserved"),
+        "{}",
+        first.title
+    );
+    let mut out = Vec::new();
+    write_report(&mut out, &report).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("predicted device use"), "{text}");
+    assert!(text.contains("in use by the process at the crash"), "{text}");
+}
+
+/// With only the card's total in the message, device use (reserved + context) is what must fit.
+#[test]
+fn device_use_decides_against_the_total_alone() {
+    let message = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 23.55 GiB";
+    let mut p = prediction(22);
+    p.peak_reserved = Some(Bytes(23 * GIB));
+    p.device_used = Some(Bytes(23 * GIB + 600 * MIB));
+    let report = diagnose_log_against(message, &SizeHints::default(), Some(&p)).unwrap();
+    let first = report.messages[0]
+        .diagnoses
+        .iter()
+        .find(|d| d.id == DiagnosisId::AgainstPrediction)
+        .unwrap();
+    assert!(first.title.contains("on the card"), "{}", first.title);
+    assert!(first.title.starts_with("the estimate agrees"), "{}", first.title);
 }

@@ -415,6 +415,7 @@ impl<'a> Checker<'a> {
         rules::grad_accumulation_loss_not_scaled::check(self);
         rules::batchnorm_with_grad_accumulation::check(self);
         rules::zero_grad_missing::check(self);
+        rules::model_output_held_across_backward::check(self);
         self.visit_body(body);
         self.scope.loops.pop();
     }

@@ -50,6 +50,16 @@ pub(super) enum EmbeddingDropoutRule {
     Hidden,
 }
 
+/// Whether the model builds a KV cache (`DynamicCache`) when it runs in training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CacheRule {
+    /// A decoder: `config.use_cache` (the `transformers` config class's default given),
+    /// turned off by gradient checkpointing.
+    Config(bool),
+    /// An encoder (`is_decoder` false): `use_cache` is ignored, no cache is built.
+    Never,
+}
+
 /// One architecture's answers.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Traits {
@@ -116,6 +126,8 @@ pub(super) struct Traits {
     pub(super) token_types: bool,
     /// Attention and MLP read the same input (`use_parallel_residual`, default true).
     pub(super) parallel_residual: bool,
+    /// The KV cache in training.
+    pub(super) cache: CacheRule,
 }
 
 /// The decoder-only Llama family's answers, the base of several arms below.
@@ -150,6 +162,7 @@ const LLAMA: Traits = Traits {
     softcaps: None,
     token_types: false,
     parallel_residual: false,
+    cache: CacheRule::Config(true),
 };
 
 /// BERT and RoBERTa.
@@ -184,6 +197,7 @@ const ENCODER: Traits = Traits {
     softcaps: None,
     token_types: true,
     parallel_residual: false,
+    cache: CacheRule::Never,
 };
 
 /// Each architecture's answers.

@@ -7,13 +7,14 @@ use crate::graph::{Grad, Graph};
 use crate::model::Head;
 use crate::units::DType;
 
-/// The head and the loss. Returns the loss tensor (its gradient seeds backward).
+/// The head and the loss. Returns the loss tensor (its gradient seeds backward) and the
+/// logits, which the model's output object holds.
 pub(super) fn head_and_loss(
     g: &mut Graph,
     cx: &Context<'_>,
     m: &Model,
     h: Tensor,
-) -> Result<Tensor> {
+) -> Result<(Tensor, Tensor)> {
     let s = cx.spec;
     let n = cx.tokens;
     let v = s.vocab_size;
@@ -52,7 +53,5 @@ pub(super) fn head_and_loss(
     let loss = new(g, DType::F32, 1)?;
     g.record(&[loss.id], &[logp.id], &[Grad::New(logp.id, mul(mul(n, v)?, loss_dt.size())?)]);
     g.drop(logp.id);
-    // The model output (with the logits) is dropped once `.loss` is taken.
-    g.drop(logits.id);
-    Ok(loss)
+    Ok((loss, logits))
 }

@@ -62,7 +62,14 @@ pub(super) fn layer_forward(
         }
         Positions::Learned { .. } => (q, k),
     };
-    let attn = attention_core(g, cx, qr, kr, v)?;
+    // transformers' DynamicCache (`use_cache` in training): `torch.cat` copies of the keys and
+    // values, held by the cache (the model's output) and attended to in their place.
+    let (ka, va) = if cx.kv_cache { (cached(g, kr)?, cached(g, v)?) } else { (kr, v) };
+    let attn = attention_core(g, cx, qr, ka, va)?;
+    if cx.kv_cache {
+        g.drop(ka.id);
+        g.drop(va.id);
+    }
     if qr.id != q.id {
         g.drop(qr.id);
     }
@@ -133,6 +140,17 @@ pub(super) fn layer_forward(
         return Ok(z);
     }
     Ok(y)
+}
+
+/// `DynamicLayer.update`: `torch.cat([empty, x], dim=-2)`, a `[B, H, S, D]`-contiguous copy
+/// whose backward hands the gradient through; the cache keeps a reference until the model's
+/// output object goes.
+fn cached(g: &mut Graph, x: Tensor) -> Result<Tensor> {
+    let c = new(g, x.dtype, x.numel)?;
+    g.record(&[c.id], &[], &[Grad::Pass(x.id)]);
+    g.tl.retain(c.id);
+    g.outputs.push(c.id);
+    Ok(c)
 }
 
 pub(super) fn mlp(g: &mut Graph, cx: &Context<'_>, lp: &LayerParams, x: Tensor) -> Result<Tensor> {

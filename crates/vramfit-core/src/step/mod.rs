@@ -19,7 +19,7 @@ use crate::device::Device;
 use crate::estimate::ModelStates;
 use crate::graph::{Boundary, Checkpoint, Graph};
 use crate::model::ModelSpec;
-use crate::setup::{Checkpointing, TrainSetup};
+use crate::setup::{Checkpointing, TrainSetup, TrainingLoop, ZeroGrad};
 use crate::timeline::Phase;
 use crate::timeline::{ByComponent, Component, StreamObserver, Tid, Timeline};
 use crate::units::{Bytes, DType, Overflow};
@@ -63,6 +63,9 @@ pub(crate) struct Context<'a> {
     pub(crate) device: &'a Device,
     /// Each parameter's LoRA adapter (empty until the model is built).
     pub(crate) adapters: &'a [Option<parameters::Adapter>],
+    /// transformers builds a KV cache in this forward: `use_cache` (the setup's, else the
+    /// config's) on a decoder, without gradient checkpointing (which turns it off).
+    pub(crate) kv_cache: bool,
 }
 
 impl Context<'_> {
@@ -77,11 +80,22 @@ impl Context<'_> {
     }
 }
 
-/// One micro-batch: forward, loss, backward.
-fn micro_batch(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<()> {
+/// What a training loop holds between forwards: the batch and the model's output object
+/// (logits, loss and KV cache). The custom loop keeps them until the next batch and the next
+/// forward's assignment replace them; the trainer loop keeps neither.
+#[derive(Debug, Default)]
+struct Kept {
+    /// `input_ids` of the last batch.
+    batch: Option<Tid>,
+    /// What the last forward's output object holds.
+    outputs: Vec<Tid>,
+}
+
+/// The forward of one micro-batch up to the model's return: the loss, the storages the output
+/// object holds (the KV cache's keys and values, the logits, the loss; one reference each)
+/// and the last hidden state (the caller's to drop).
+fn forward(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<(Tensor, Vec<Tid>, Tid)> {
     let s = cx.spec;
-    g.tl.set_phase(Phase::Forward);
-    let ids = g.alloc(mul(cx.tokens, 8)?)?;
     let mut x = embed(g, cx, m)?;
     let shared = layer_inputs(g, cx)?;
     let checkpoint = cx.setup.checkpointing == Checkpointing::Full;
@@ -115,14 +129,49 @@ fn micro_batch(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<()> {
         g.drop(t);
     }
     g.tl.set_phase(Phase::Loss);
-    let loss = head_and_loss(g, cx, m, h)?;
-    g.drop(h.id);
+    let (loss, logits) = head_and_loss(g, cx, m, h)?;
+    let mut outputs = std::mem::take(&mut g.outputs);
+    outputs.push(logits.id);
+    g.tl.retain(loss.id);
+    outputs.push(loss.id);
+    Ok((loss, outputs, h.id))
+}
+
+/// One micro-batch: forward, loss, backward.
+fn micro_batch(g: &mut Graph, cx: &Context<'_>, m: &Model, kept: &mut Kept) -> Result<()> {
+    g.tl.set_phase(Phase::Forward);
+    let ids = g.alloc(mul(cx.tokens, 8)?)?;
+    // `for batch in loader`: the new batch replaces the one the loop still held.
+    if let Some(previous) = kept.batch.take() {
+        g.drop(previous);
+    }
+    let (loss, outputs, hidden) = forward(g, cx, m)?;
+    match cx.setup.training_loop {
+        // `loss = model(**batch).loss`: the output object goes at once.
+        TrainingLoop::Trainer => {
+            for t in outputs {
+                g.drop(t);
+            }
+        }
+        // `outputs = model(**batch)`: the assignment replaces the previous outputs, which
+        // lived through this forward; these live through backward, the optimizer step and the
+        // next forward.
+        TrainingLoop::Custom => {
+            for t in std::mem::replace(&mut kept.outputs, outputs) {
+                g.drop(t);
+            }
+        }
+    }
+    g.drop(hidden);
     g.clear_autocast_cache();
     g.tl.set_phase(Phase::Backward);
     g.seed_grad(loss.id, 4)?;
     backward(g, cx, m)?;
     g.drop(loss.id);
-    g.drop(ids);
+    match cx.setup.training_loop {
+        TrainingLoop::Trainer => g.drop(ids),
+        TrainingLoop::Custom => kept.batch = Some(ids),
+    }
     Ok(())
 }
 
@@ -226,6 +275,7 @@ impl<'a> Context<'a> {
             autocast: precision.autocast(),
             device,
             adapters: &[],
+            kv_cache: setup.kv_cache(spec),
         })
     }
 }
@@ -258,24 +308,73 @@ fn simulate_micro_batches(
     // its first `step()` creates the state with every gradient alive, which is exactly the
     // steady-state step; so one steady iteration has the peak of any number of them.
     opt.create_state(&mut g)?;
+    if setup.zero_grad == ZeroGrad::Zeros {
+        // `zero_grad(set_to_none=False)` left every gradient allocated.
+        g.keep_gradients()?;
+    }
+    // A custom loop starts the step holding the previous step's batch and outputs (the
+    // same tensors the last micro-batch of this one leaves).
+    let previous = match setup.training_loop {
+        TrainingLoop::Trainer => Vec::new(),
+        TrainingLoop::Custom => kept_sizes(layout, &cx)?,
+    };
+    let mut kept = Kept::default();
+    for (i, &(bytes, component)) in previous.iter().enumerate() {
+        let t = g.tl.alloc(component, bytes)?;
+        if i == 0 {
+            kept.batch = Some(t);
+        } else {
+            kept.outputs.push(t);
+        }
+    }
+    let handles: Vec<Tid> = kept.batch.iter().chain(&kept.outputs).copied().collect();
     for _ in 0..micro_batches {
-        micro_batch(&mut g, &cx, &model)?;
+        micro_batch(&mut g, &cx, &model, &mut kept)?;
     }
     g.tl.set_phase(Phase::OptimizerStep);
     opt.step(&mut g)?;
-    g.zero_grad();
-    // What the next iteration starts from: nothing but the model, its state and workspaces.
+    if setup.zero_grad == ZeroGrad::SetToNone {
+        g.zero_grad();
+    }
+    // The custom loop's last batch and outputs become the next step's: the same storages
+    // under the handles this step started with, so that the stream repeats step after step.
+    let last: Vec<Tid> = kept.batch.take().into_iter().chain(kept.outputs.drain(..)).collect();
+    assert_eq!(last.len(), handles.len(), "the kept tensors differ from the previous step's");
+    for ((t, handle), &(bytes, component)) in last.into_iter().zip(&handles).zip(&previous) {
+        assert_eq!(g.tl.bytes_of(t), g.tl.bytes_of(*handle), "a kept tensor changed size");
+        g.tl.release(t);
+        g.tl.revive(*handle, component, bytes)?;
+    }
+    // What the next iteration starts from: the model, its state and workspaces, the
+    // gradients `set_to_none=False` keeps and what the custom loop keeps.
+    let kept_bytes =
+        |c: Component| previous.iter().filter(|&&(_, k)| k == c).map(|&(b, _)| b).sum::<u64>();
     let live = g.tl.live();
-    for c in [
-        Component::Gradients,
-        Component::Activations,
-        Component::Temporaries,
-        Component::AutocastCache,
-    ] {
-        assert_eq!(live[c as usize], 0, "{} alive after zero_grad", c.name());
+    for c in [Component::Activations, Component::Temporaries, Component::AutocastCache] {
+        assert_eq!(live[c as usize], kept_bytes(c), "{} alive after zero_grad", c.name());
+    }
+    if setup.zero_grad == ZeroGrad::SetToNone {
+        assert_eq!(live[Component::Gradients as usize], 0, "gradients alive after zero_grad");
     }
     let (peak, peak_phase, at_peak) = g.tl.peak();
     Ok(StepResult { peak, peak_phase, at_peak, phase_peaks: g.tl.phase_peaks(), model_states })
+}
+
+/// What the custom loop keeps between steps, in the order the step makes it: the batch, then
+/// what the model's output object holds. The sizes come from one forward simulated apart
+/// (nobody observes it), so that the step can start holding the previous step's.
+fn kept_sizes(
+    layout: &crate::layout::ParameterLayout,
+    cx: &Context<'_>,
+) -> Result<Vec<(u64, Component)>> {
+    let mut g = Graph::new(Timeline::new(cx.device.allocation_granularity, Vec::new()));
+    let model = build_model(&mut g, cx, layout)?;
+    let batch = g.alloc(mul(cx.tokens, 8)?)?;
+    let (_, outputs, _) = forward(&mut g, cx, &model)?;
+    Ok(std::iter::once(batch)
+        .chain(outputs)
+        .map(|t| (g.tl.bytes_of(t), Component::Temporaries))
+        .collect())
 }
 
 /// Parameters, gradients and optimizer state as the step holds them: every parameter's
@@ -308,7 +407,7 @@ mod tests {
     use super::{Context, Graph, Timeline, build_model, simulate_micro_batches};
     use crate::device::Device;
     use crate::layout::ParameterLayout;
-    use crate::setup::{Checkpointing, Optimizer, Precision, TrainSetup};
+    use crate::setup::{Checkpointing, Optimizer, Precision, TrainSetup, TrainingLoop, ZeroGrad};
     use crate::timeline::{Component, Phase, StreamEvent, StreamObserver, StreamState};
     use crate::{ModelSpec, catalog};
 
@@ -341,6 +440,9 @@ mod tests {
             optimizer in prop::sample::select(Optimizer::ALL.to_vec()),
             full in any::<bool>(),
             cpu in any::<bool>(),
+            training_loop in prop::sample::select(TrainingLoop::ALL.to_vec()),
+            zero_grad in prop::sample::select(ZeroGrad::ALL.to_vec()),
+            use_cache in any::<bool>(),
         ) {
             let spec = spec(MODELS[m]);
             let setup = TrainSetup {
@@ -350,6 +452,9 @@ mod tests {
                 optimizer,
                 checkpointing: if full { Checkpointing::Full } else { Checkpointing::None },
                 grad_accum: 4,
+                training_loop,
+                zero_grad,
+                use_cache: Some(use_cache),
                 ..TrainSetup::default()
             };
             let device = if cpu { Device::CPU_ORACLE } else { Device::CUDA };
@@ -403,6 +508,9 @@ mod tests {
             full in any::<bool>(),
             accum in 1u64..3,
             cpu in any::<bool>(),
+            training_loop in prop::sample::select(TrainingLoop::ALL.to_vec()),
+            zero_grad in prop::sample::select(ZeroGrad::ALL.to_vec()),
+            use_cache in any::<bool>(),
         ) {
             let names = catalog::names();
             let spec = spec(names[m % names.len()]);
@@ -414,6 +522,9 @@ mod tests {
                 attention,
                 checkpointing: if full { Checkpointing::Full } else { Checkpointing::None },
                 grad_accum: accum,
+                training_loop,
+                zero_grad,
+                use_cache: Some(use_cache),
                 ..TrainSetup::default()
             };
             let device = if cpu { Device::CPU_ORACLE } else { Device::CUDA };
@@ -421,10 +532,58 @@ mod tests {
             simulate_micro_batches(&spec, &spec.parameter_layout(), &setup, &device, vec![&mut ledger], accum).unwrap();
             prop_assert!(ledger.frees > 0);
             for (bytes, component) in ledger.live.values() {
-                prop_assert!(
-                    matches!(component, Component::Parameters | Component::OptimizerState | Component::Workspace),
-                    "{} bytes of {} alive after the step", bytes, component.name()
-                );
+                // What the next step starts from: the model and its state, the gradients
+                // `set_to_none=False` keeps, what the custom loop keeps (as temporaries).
+                let kept = match component {
+                    Component::Parameters | Component::OptimizerState | Component::Workspace => true,
+                    Component::Gradients => zero_grad == ZeroGrad::Zeros,
+                    Component::Temporaries => training_loop == TrainingLoop::Custom,
+                    Component::Activations | Component::AutocastCache => false,
+                };
+                prop_assert!(kept, "{} bytes of {} alive after the step", bytes, component.name());
+            }
+        }
+
+        /// The custom loop only adds what it keeps, and `set_to_none=False` only keeps the
+        /// gradients: neither lowers the peak of the step or of any phase.
+        #[test]
+        fn keeping_outputs_or_gradients_never_lowers_a_peak(
+            m in 0usize..31,
+            precision in prop::sample::select(Precision::ALL.to_vec()),
+            attention in prop::sample::select(crate::setup::Attention::ALL.to_vec()),
+            full in any::<bool>(),
+            accum in 1u64..3,
+            cpu in any::<bool>(),
+            use_cache in any::<bool>(),
+        ) {
+            let names = catalog::names();
+            let spec = spec(names[m % names.len()]);
+            let base = TrainSetup {
+                micro_batch: 1,
+                seq_len: 64,
+                precision,
+                attention,
+                checkpointing: if full { Checkpointing::Full } else { Checkpointing::None },
+                grad_accum: accum,
+                use_cache: Some(use_cache),
+                training_loop: TrainingLoop::Trainer,
+                zero_grad: ZeroGrad::SetToNone,
+                ..TrainSetup::default()
+            };
+            let device = if cpu { Device::CPU_ORACLE } else { Device::CUDA };
+            let layout = spec.parameter_layout();
+            let at = |setup: &TrainSetup| run(&spec, &layout, setup, &device, accum);
+            let plain = at(&base);
+            for other in [
+                TrainSetup { training_loop: TrainingLoop::Custom, ..base.clone() },
+                TrainSetup { zero_grad: ZeroGrad::Zeros, ..base.clone() },
+                TrainSetup { training_loop: TrainingLoop::Custom, zero_grad: ZeroGrad::Zeros, ..base.clone() },
+            ] {
+                let kept = at(&other);
+                prop_assert!(kept.peak >= plain.peak);
+                for (k, p) in kept.phase_peaks.iter().zip(plain.phase_peaks) {
+                    prop_assert!(*k >= p);
+                }
             }
         }
     }

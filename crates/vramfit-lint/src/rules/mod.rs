@@ -27,6 +27,7 @@ pub(crate) mod grad_accumulation_loss_not_scaled;
 pub(crate) mod grad_scaler_with_bf16;
 pub(crate) mod graph_tensor_stored_in_container;
 pub(crate) mod loss_accumulated_with_graph;
+pub(crate) mod model_output_held_across_backward;
 pub(crate) mod oom_retry_inside_except;
 pub(crate) mod recurrent_state_not_detached;
 pub(crate) mod requires_grad_typo;

@@ -181,7 +181,10 @@ fn diagnosed(analysis: &Analysis) -> bool {
 /// The usable capacity of `--gpu` (less the CUDA context), if given.
 fn gpu_capacity(setup: &SetupArgs) -> Result<Option<Bytes>, Failure> {
     Ok(match setup.gpu()? {
-        Some(gpu) => Some(Bytes(gpu.cuda_visible().saturating_sub(setup.cuda_context()?).get())),
+        Some(gpu) => {
+            let context = setup.cuda_context(&gpu)?.bytes;
+            Some(Bytes(gpu.cuda_visible().saturating_sub(context).get()))
+        }
         None => None,
     })
 }
@@ -284,11 +287,18 @@ fn predict(setup: &SetupArgs) -> Result<Option<Prediction>, Failure> {
                 ],
                 hints: SizeHints { params: Some(parameters), gpu_capacity, ..SizeHints::default() },
                 gpu_capacity,
+                peak_reserved: None,
+                device_used: None,
             }
         }
         ModelSource::Spec { label, spec } => {
-            let estimate = vramfit_core::estimate(&spec, &train)
+            let gpu = setup.gpu()?;
+            let device = super::estimate::device_for(setup, setup.target()?, gpu.as_ref())?;
+            let estimate = vramfit_core::estimate_on(&spec, &train, &device)
                 .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
+            let peak_reserved = estimate.reserved.map(|r| Bytes(r.peak_reserved));
+            let context = setup.cuda_context_bytes()?;
+            let device_used = peak_reserved.map(|r| Bytes(r.get().saturating_add(context.get())));
             Prediction {
                 model: label,
                 peak_allocated: bytes(estimate.peak_allocated),
@@ -316,6 +326,8 @@ fn predict(setup: &SetupArgs) -> Result<Option<Prediction>, Failure> {
                     gpu_capacity,
                 },
                 gpu_capacity,
+                peak_reserved,
+                device_used,
             }
         }
     };

@@ -286,7 +286,7 @@ mod tests {
         );
         check(
             json!({"bacth": 4}),
-            "error: unknown field `bacth`\nhint: the fields are model, config, params, batch, seq_len, precision, optimizer, optimizer_state_dtype, optimizer_impl, attention, checkpointing, grad_accum, gpu, freeze, lora_rank, lora_alpha, lora_targets, lora_dropout, modules_to_save, cuda_context, alloc_conf, margin",
+            "error: unknown field `bacth`\nhint: the fields are model, config, params, batch, seq_len, precision, optimizer, optimizer_state_dtype, optimizer_impl, attention, checkpointing, grad_accum, gpu, freeze, lora_rank, lora_alpha, lora_targets, lora_dropout, modules_to_save, cuda_context, alloc_conf, margin, loop, zero_grad, use_cache, target, cuda_version",
         );
         check(
             json!({"batch": [4]}),

@@ -246,6 +246,43 @@ fn bad_input_is_one_error_line_a_hint_and_exit_2() {
         ),
         ("bad params", vec!["--params".into(), "lots".into()]),
         ("absurd params", vec!["--params".into(), "1e30".into()]),
+        ("unknown loop", ["--model", "gpt2", "--loop", "keras"].map(String::from).to_vec()),
+        (
+            "unknown zero-grad",
+            ["--model", "gpt2", "--zero-grad", "maybe"].map(String::from).to_vec(),
+        ),
+        (
+            "bad use-cache",
+            ["--model", "gpt2", "--use-cache", "sometimes"].map(String::from).to_vec(),
+        ),
+        ("unknown target", ["--model", "gpt2", "--target", "tpu"].map(String::from).to_vec()),
+        (
+            "a gpu for the cpu oracle",
+            ["--model", "gpt2", "--target", "cpu-oracle", "--gpu", "t4"].map(String::from).to_vec(),
+        ),
+        (
+            "allocator settings for the cpu oracle",
+            [
+                "--model",
+                "gpt2",
+                "--target",
+                "cpu-oracle",
+                "--alloc-conf",
+                "expandable_segments:True",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ),
+        (
+            "bad cuda version",
+            ["--model", "gpt2", "--gpu", "t4", "--cuda-version", "twelve"]
+                .map(String::from)
+                .to_vec(),
+        ),
+        (
+            "bad cuda context",
+            ["--model", "gpt2", "--gpu", "t4", "--cuda-context", "lots"].map(String::from).to_vec(),
+        ),
     ];
     let mut transcript = String::new();
     for (what, args) in cases {
@@ -309,4 +346,60 @@ fn svg_needs_a_model() {
 #[test]
 fn a_decimal_gpu_capacity_is_said_to_be_decimal() {
     assert_cmd_snapshot!(vramfit().args(["estimate", "--params", "1B", "--gpu", "24GB"]));
+}
+
+/// A card whose generation the context table does not know: one warning line saying which
+/// default is used, and the estimate goes on (exit 0).
+#[test]
+fn an_unknown_gpu_generation_warns_which_context_is_assumed() {
+    let output =
+        vramfit().args(["estimate", "--model", "gpt2", "--gpu", "24GiB"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let warnings: Vec<&str> = stdout.lines().filter(|l| l.starts_with("warning: ")).collect();
+    assert_eq!(
+        warnings,
+        [
+            "warning: the CUDA context of a 24.00 GiB GPU is not known (no GPU generation): 512.0 MiB assumed; pass --cuda-context to set it"
+        ]
+    );
+    let amd = json(&["--model", "gpt2", "--gpu", "mi300x"]);
+    assert_eq!(amd["cuda_context_basis"], "default");
+    assert_eq!(amd["warnings"].as_array().unwrap().len(), 1);
+    let hopper = json(&["--model", "gpt2", "--gpu", "h100-sxm"]);
+    assert_eq!(hopper["cuda_context_basis"], "derived");
+    assert_eq!(hopper["warnings"].as_array().unwrap().len(), 0);
+}
+
+/// What the loop and the model keep is printed on one line and in JSON, and the flags move
+/// the estimate the way PyTorch moves memory.
+#[test]
+fn the_loop_zero_grad_and_cache_assumptions_are_printed_and_used() {
+    let output = vramfit().args(["estimate", "--model", "gpt2"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        stdout.lines().nth(2),
+        Some(
+            "assumed: custom loop (outputs kept until the next forward) · zero_grad(set_to_none=True) · KV cache on (config.json's use_cache)"
+        )
+    );
+    let default = json(&["--model", "gpt2", "-b", "4"]);
+    assert_eq!(
+        default["assumed"],
+        serde_json::json!({"loop": "custom", "zero_grad": "none", "use_cache": true,
+            "use_cache_from": "config", "target": "cuda"})
+    );
+    let peak = |extra: &[&str]| {
+        let mut args = vec!["--model", "gpt2", "-b", "4"];
+        args.extend(extra);
+        json(&args)["peak_allocated_bytes"].as_u64().unwrap()
+    };
+    let custom = peak(&[]);
+    let trainer = peak(&["--loop", "trainer"]);
+    let zeros = peak(&["--zero-grad", "zeros"]);
+    assert!(custom > trainer, "the custom loop keeps the logits");
+    assert!(zeros > custom, "set_to_none=False keeps the gradients");
+    let oracle = json(&["--model", "gpt2", "-b", "4", "--target", "cpu-oracle"]);
+    assert_eq!(oracle["assumed"]["target"], "cpu-oracle");
+    assert!(oracle["peak_reserved_bytes"].is_null(), "the CPU oracle has no caching allocator");
 }

@@ -1,7 +1,7 @@
 //! Flash and memory-efficient attention: the kernel saves its inputs (cast to the compute
 //! dtype), its output and the logsumexp.
 
-use super::{Kernel, Shape, partial_rotary};
+use super::{Kernel, Shape, partial_rotary, sdpa_gets_mask};
 use crate::graph::{Grad, Graph};
 use crate::step::ops::{new, to};
 use crate::step::{Context, Result, Tensor, mul};
@@ -22,7 +22,7 @@ pub(super) fn attention(
     let (kc, kcp) = to(g, k, target)?;
     let (vc, vcp) = to(g, v, target)?;
     // The CPU oracle materialises the causal mask as an additive float mask per layer.
-    let mask = if cx.device.sdpa_materialised_mask {
+    let mask = if sdpa_gets_mask(cx) {
         Some(g.alloc(mul(mul(mul(b, seq)?, seq)?, target.size())?)?)
     } else {
         None
@@ -46,10 +46,11 @@ pub(super) fn attention(
             g.drop(t.id);
         }
     }
-    // The kernel writes its output in the query's memory layout. A query made
-    // contiguous in `[B, H, S, D]` (by NeoX's partial-rotary `cat`) makes the
-    // `transpose(1, 2).reshape(...)` before the output projection a copy.
-    if partial_rotary(s) {
+    // Flash kernels (CUDA's and the CPU's) write their output in the query's memory layout;
+    // the memory-efficient kernel always writes `[B, S, H, D]`. A query made contiguous in
+    // `[B, H, S, D]` (by NeoX's partial-rotary `cat`) makes the `transpose(1, 2).reshape(...)`
+    // before the output projection a copy of a flash kernel's output.
+    if partial_rotary(s) && kernel == Kernel::Flash {
         let copy = new(g, out.dtype, out.numel)?;
         g.record(&[copy.id], &[], &[Grad::Pass(out.id)]);
         g.drop(out.id);

@@ -23,7 +23,8 @@ struct Shape {
     /// Elements of the `[B, H, S, S]` scores.
     scores: u64,
     dropout_p: f64,
-    /// k and v were materialised at the query head count by `repeat_kv`.
+    /// k and v are `[B, H, S, D]`-contiguous tensors (materialised at the query head count by
+    /// `repeat_kv`, or the KV cache's copies), not transposed views of a projection.
     k_rep: bool,
     v_rep: bool,
 }
@@ -44,9 +45,12 @@ pub(super) fn attention_core(
     let q_numel = q.numel;
     let scores = mul(mul(mul(b, heads)?, seq)?, seq)?;
     let dropout_p = s.attention_dropout;
-    // GQA: repeat_kv materialises k and v at the query head count.
+    let kernel = effective_kernel(cx);
+    // GQA: `repeat_kv` materialises k and v at the query head count, unless the kernel reads
+    // the shared heads.
+    let repeat = rep > 1 && !reads_shared_heads(cx, kernel);
     let expand = |g: &mut Graph, t: Tensor| -> Result<(Tensor, bool)> {
-        if rep <= 1 {
+        if !repeat {
             return Ok((t, false));
         }
         let y = new(g, t.dtype, q_numel)?;
@@ -55,8 +59,16 @@ pub(super) fn attention_core(
     };
     let (k, k_rep) = expand(g, k)?;
     let (v, v_rep) = expand(g, v)?;
-    let kernel = effective_kernel(cx);
-    let shape = Shape { b, seq, heads, q_numel, scores, dropout_p, k_rep, v_rep };
+    let shape = Shape {
+        b,
+        seq,
+        heads,
+        q_numel,
+        scores,
+        dropout_p,
+        k_rep: k_rep || cx.kv_cache,
+        v_rep: v_rep || cx.kv_cache,
+    };
     let out = match kernel {
         Kernel::Flash | Kernel::Efficient => fused::attention(g, cx, &shape, q, k, v, kernel)?,
         Kernel::Math | Kernel::Eager => math::attention(g, cx, &shape, q, k, v, kernel)?,
@@ -68,6 +80,26 @@ pub(super) fn attention_core(
         g.drop(v.id);
     }
     Ok(out)
+}
+
+/// Whether the attention reads shared key/value heads as they are: HF's
+/// `flash_attention_2`, and SDPA's fused kernels when transformers passes `enable_gqa`
+/// (`use_gqa_in_sdpa`: no mask, head dimension at most 256, a device whose kernels accept
+/// it). HF's eager code calls `repeat_kv`, and the math kernel repeats the heads itself.
+fn reads_shared_heads(cx: &Context<'_>, kernel: Kernel) -> bool {
+    match (cx.setup.attention, kernel) {
+        (Attention::Flash, _) => true,
+        (Attention::Eager, _) | (Attention::Sdpa, Kernel::Math | Kernel::Eager) => false,
+        (Attention::Sdpa, Kernel::Flash | Kernel::Efficient) => {
+            cx.device.sdpa_enable_gqa && !sdpa_gets_mask(cx) && cx.spec.head_dim <= 256
+        }
+    }
+}
+
+/// SDPA gets a causal mask rather than `is_causal`: on a device where transformers'
+/// packed-sequence check cannot decide, when no KV cache skips the check.
+pub(super) fn sdpa_gets_mask(cx: &Context<'_>) -> bool {
+    cx.device.sdpa_materialised_mask && !cx.kv_cache
 }
 
 /// `.contiguous()` / `reshape` of a non-contiguous view: a copy whose backward passes the

@@ -13,10 +13,11 @@ use super::Report;
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// The keys a verdict against a GPU fills, null without `--gpu`.
-const VERDICT_KEYS: [&str; 9] = [
+const VERDICT_KEYS: [&str; 10] = [
     "gpu",
     "cuda_visible_bytes",
     "cuda_context_bytes",
+    "cuda_context_basis",
     "capacity_bytes",
     "margin_bytes",
     "device_used_bytes",
@@ -53,7 +54,17 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
     let mut obj = Map::new();
     obj.insert("schema_version".into(), json!(SCHEMA_VERSION));
     let (setup, verdict, warnings) = match report {
-        Report::Full { model, setup, estimate, verdict, warnings, trainable, .. } => {
+        Report::Full { model, setup, estimate, verdict, warnings, trainable, assumed, .. } => {
+            obj.insert(
+                "assumed".into(),
+                json!({
+                    "loop": assumed.training_loop.name(),
+                    "zero_grad": assumed.zero_grad.name(),
+                    "use_cache": assumed.kv_cache,
+                    "use_cache_from": assumed.kv_cache_from,
+                    "target": assumed.target.name(),
+                }),
+            );
             obj.insert("model".into(), json!(model));
             obj.insert("parameters".into(), json!(estimate.parameters));
             if let Some((trainable, total)) = trainable {
@@ -91,7 +102,19 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
             obj.insert("phase_peaks".into(), Value::Object(phases));
             (setup, verdict, warnings)
         }
-        Report::StatesOnly { parameters, setup, states, verdict, warnings } => {
+        Report::StatesOnly { parameters, setup, states, verdict, warnings, target } => {
+            // Without an architecture there is no step: the loop, zero_grad and the cache
+            // change nothing.
+            obj.insert(
+                "assumed".into(),
+                json!({
+                    "loop": setup.training_loop.name(),
+                    "zero_grad": setup.zero_grad.name(),
+                    "use_cache": null,
+                    "use_cache_from": null,
+                    "target": target.name(),
+                }),
+            );
             obj.insert("model".into(), Value::Null);
             obj.insert("parameters".into(), json!(parameters));
             // Without an architecture there are no activations, so there is no step peak.
@@ -131,6 +154,7 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
         obj.insert("gpu".into(), json!(v.gpu));
         obj.insert("cuda_visible_bytes".into(), json!(v.cuda_visible_bytes));
         obj.insert("cuda_context_bytes".into(), json!(v.cuda_context_bytes));
+        obj.insert("cuda_context_basis".into(), json!(v.cuda_context_basis));
         obj.insert("capacity_bytes".into(), json!(v.capacity_bytes));
         obj.insert("margin_bytes".into(), json!(v.margin_bytes));
         obj.insert("device_used_bytes".into(), json!(v.device_used_bytes));

@@ -17,7 +17,7 @@ use vramfit_core::units::parse_size;
 use vramfit_core::{AllocConf, Bytes, Device, Estimate, ModelStates, StepTimeline, TrainSetup};
 
 use crate::{Failure, Outcome};
-pub use setup_args::{ModelSource, SetupArgs};
+pub use setup_args::{Context, ModelSource, SetupArgs, Target};
 
 /// Arguments of `vramfit estimate`.
 #[derive(Debug, clap::Args)]
@@ -114,6 +114,8 @@ pub struct Verdict {
     pub cuda_visible_bytes: u64,
     /// Memory budgeted for the CUDA context and kernels, outside PyTorch's allocator.
     pub cuda_context_bytes: u64,
+    /// Where that figure comes from: `given`, `observed`, `derived`, `eager` or `default`.
+    pub cuda_context_basis: &'static str,
     /// What PyTorch's allocator may reserve: CUDA-visible minus margin minus context.
     pub capacity_bytes: u64,
     /// Kept free on the card for what the model does not know.
@@ -150,6 +152,8 @@ pub enum Report {
         timeline: Option<StepTimeline>,
         /// `(trainable, total)` parameters with LoRA or frozen parts (total with adapters).
         trainable: Option<(u64, u64)>,
+        /// What the estimate assumes of the loop, the cache and the device.
+        assumed: Assumed,
     },
     /// Only parameters, gradients and optimizer state (from `--params`).
     StatesOnly {
@@ -163,7 +167,44 @@ pub enum Report {
         verdict: Option<Verdict>,
         /// Things the user should know.
         warnings: Vec<String>,
+        /// The device the estimate is for.
+        target: Target,
     },
+}
+
+/// What an estimate assumes beyond the flags' values, printed with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assumed {
+    /// What the loop keeps.
+    pub training_loop: vramfit_core::TrainingLoop,
+    /// `zero_grad`'s mode.
+    pub zero_grad: vramfit_core::ZeroGrad,
+    /// Whether the model builds its KV cache in the step.
+    pub kv_cache: bool,
+    /// Why: `config`, `flag`, `checkpointing` (which turns it off) or `encoder` (none).
+    pub kv_cache_from: &'static str,
+    /// The device the estimate is for.
+    pub target: Target,
+}
+
+impl Assumed {
+    fn of(spec: &vramfit_core::ModelSpec, setup: &TrainSetup, target: Target) -> Assumed {
+        let kv_cache_from = match (spec.use_cache, setup.use_cache) {
+            (None, _) => "encoder",
+            (Some(_), _) if setup.checkpointing != vramfit_core::Checkpointing::None => {
+                "checkpointing"
+            }
+            (Some(_), Some(_)) => "flag",
+            (Some(_), None) => "config",
+        };
+        Assumed {
+            training_loop: setup.training_loop,
+            zero_grad: setup.zero_grad,
+            kv_cache: setup.kv_cache(spec),
+            kv_cache_from,
+            target,
+        }
+    }
 }
 
 /// Runs `vramfit estimate`.
@@ -241,21 +282,22 @@ pub fn compute(args: &SetupArgs, chart: bool) -> Result<Report, Failure> {
 /// As [`compute`], for a model already resolved (the web page's built-in or dropped config).
 pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Result<Report, Failure> {
     let setup = args.train_setup()?;
+    let target = args.target()?;
     let gpu = args.gpu()?;
-    let context = args.cuda_context()?;
-    let device = Device { allocator: Some(args.card.alloc_conf()?), ..Device::CUDA };
-    let budget = match &gpu {
+    let device = device_for(args, target, gpu.as_ref())?;
+    let mut warnings: Vec<String> = args.gpu_unit_note().into_iter().collect();
+    let (budget, context) = match &gpu {
         Some(g) => {
+            let context = args.cuda_context(g)?;
+            warnings.extend(context.warning.clone());
             let visible = g.cuda_visible();
             let margin = args.card.margin(visible)?;
-            Some(
-                CardBudget::new(visible, context, margin)
-                    .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?,
-            )
+            let budget = CardBudget::new(visible, context.bytes, margin)
+                .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
+            (Some(budget), Some(context))
         }
-        None => None,
+        None => (None, None),
     };
-    let mut warnings: Vec<String> = args.gpu_unit_note().into_iter().collect();
     if let Some(gpu) = &gpu
         && gpu.lacks_bf16()
         && setup.precision.needs_bf16()
@@ -276,11 +318,11 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
         ModelSource::Parameters(parameters) => {
             let states = vramfit_core::model_states_for_params(parameters, &setup)
                 .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
-            let verdict = gpu.zip(budget).map(|(g, b)| {
-                let used = Bytes(states.total.get().saturating_add(context.get()));
-                verdict(&g, args, &b, None, used, None)
+            let verdict = gpu.zip(budget).zip(context).map(|((g, b), c)| {
+                let used = Bytes(states.total.get().saturating_add(c.bytes.get()));
+                verdict(&g, args, &b, &c, None, used, None)
             });
-            Ok(Report::StatesOnly { parameters, setup, states, verdict, warnings })
+            Ok(Report::StatesOnly { parameters, setup, states, verdict, warnings, target })
         }
         ModelSource::Spec { label, spec } => {
             let (estimate, timeline) = if chart {
@@ -291,18 +333,20 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
             }
             .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
             warnings.extend(estimate.warnings.iter().map(crate::hints::warning));
-            let verdict = match gpu.zip(budget) {
-                Some((g, b)) => {
+            let verdict = match gpu.zip(budget).zip(context) {
+                Some(((g, b), c)) => {
                     let max = card::max_micro_batch_on(&spec, &setup, &device, &b)
                         .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
                     let judged = card::judge(&estimate, &b);
-                    Some(verdict(&g, args, &b, Some(judged), judged.device_used, Some(max)))
+                    Some(verdict(&g, args, &b, &c, Some(judged), judged.device_used, Some(max)))
                 }
                 None => None,
             };
+            let assumed = Assumed::of(&spec, &setup, target);
             let trainable = (setup.lora.is_some() || setup.freeze.any())
                 .then(|| vramfit_core::peft::parameter_counts(&spec.parameter_layout(), &setup));
             Ok(Report::Full {
+                assumed,
                 trainable,
                 model: label,
                 setup,
@@ -315,10 +359,45 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
     }
 }
 
+/// The device an estimate runs on: a CUDA GPU (its generation's cuBLAS workspaces, the
+/// allocator settings) or the CPU oracle, which has neither a GPU nor a caching allocator.
+pub fn device_for(
+    args: &SetupArgs,
+    target: Target,
+    gpu: Option<&GpuChoice>,
+) -> Result<Device, Failure> {
+    match target {
+        Target::Cuda => Ok(Device {
+            allocator: Some(args.card.alloc_conf()?),
+            workspaces: vramfit_core::overhead::cublas_workspaces(gpu),
+            ..Device::CUDA
+        }),
+        Target::CpuOracle => {
+            let refused = if args.gpu.is_some() {
+                Some("--gpu")
+            } else if args.card.alloc_conf.is_some() {
+                Some("--alloc-conf")
+            } else if args.card.margin.is_some() {
+                Some("--margin")
+            } else {
+                None
+            };
+            match refused {
+                Some(flag) => Err(Failure::with_hint(
+                    format!("{flag} does not apply to --target cpu-oracle"),
+                    "the CPU oracle has no GPU and no caching allocator: drop the flag, or use --target cuda",
+                )),
+                None => Ok(Device::CPU_ORACLE),
+            }
+        }
+    }
+}
+
 fn verdict(
     gpu: &GpuChoice,
     args: &SetupArgs,
     budget: &CardBudget,
+    context: &Context,
     judged: Option<card::CardVerdict>,
     used: Bytes,
     max: Option<u64>,
@@ -332,6 +411,7 @@ fn verdict(
         gpu: label,
         cuda_visible_bytes: budget.cuda_visible.get(),
         cuda_context_bytes: budget.cuda_context.get(),
+        cuda_context_basis: context.basis,
         capacity_bytes: budget.for_allocator().get(),
         margin_bytes: budget.margin.get(),
         peak_reserved_bytes: judged.map(|j| j.peak_reserved.get()),

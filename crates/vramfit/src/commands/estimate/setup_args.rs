@@ -3,11 +3,12 @@
 use crate::hints::Hint as _;
 use std::path::Path;
 
-use vramfit_core::gpu::{self, DEFAULT_CUDA_CONTEXT, GpuChoice};
+use vramfit_core::gpu::{self, GpuChoice};
+use vramfit_core::overhead::{self, ContextBasis, ModuleLoading};
 use vramfit_core::units::{parse_count, parse_size};
 use vramfit_core::{
     Attention, Bytes, Checkpointing, DType, Freeze, Lora, LoraTargets, ModelSpec, Optimizer,
-    OptimizerImpl, Precision, TrainSetup, catalog,
+    OptimizerImpl, Precision, TrainSetup, TrainingLoop, ZeroGrad, catalog,
 };
 use vramfit_hub::{HubEnv, HubRemote, RepoId};
 
@@ -96,13 +97,74 @@ pub struct SetupArgs {
     #[arg(long, value_name = "NAMES")]
     pub modules_to_save: Option<String>,
 
-    /// Memory the CUDA context takes outside PyTorch's allocator.
-    #[arg(long, default_value = "512MiB", value_name = "SIZE")]
-    pub cuda_context: String,
+    /// Memory the CUDA context and the kernels a step loads take outside PyTorch's allocator.
+    /// Default: the value for the GPU's generation (`vramfit estimate --list-gpus` shows it;
+    /// sources in data/card.json), 512 MiB for a card of unknown generation.
+    #[arg(long, value_name = "SIZE")]
+    pub cuda_context: Option<String>,
 
     /// The allocator and safety-margin flags (`estimate/mod.rs`).
     #[command(flatten)]
     pub card: super::CardArgs,
+
+    /// What the training loop keeps of the model's output: custom (`outputs = model(**batch)`
+    /// held until the next forward replaces it, as the HF course's and accelerate's loops do;
+    /// the default, never less than trainer) or trainer (only the loss: HF Trainer,
+    /// Lightning, TRL, torchtune).
+    #[arg(long = "loop", default_value = "custom", value_name = "LOOP")]
+    pub training_loop: String,
+
+    /// `optimizer.zero_grad(set_to_none=...)`: none (True, PyTorch's default: the gradients are
+    /// freed) or zeros (False: every .grad stays allocated through the next forward).
+    #[arg(long, default_value = "none", value_name = "MODE")]
+    pub zero_grad: String,
+
+    /// The KV cache transformers builds in training: true or false. Default: config.json's
+    /// use_cache (scripts that set `model.config.use_cache = False` run with false).
+    #[arg(long, value_name = "BOOL")]
+    pub use_cache: Option<String>,
+
+    /// What the estimate is for: cuda (a CUDA GPU) or cpu-oracle (PyTorch on the CPU under
+    /// FakeTensorMode, what validation/oracle.py measures).
+    #[arg(long, default_value = "cuda", value_name = "TARGET")]
+    pub target: String,
+
+    /// The CUDA version of the run (`12.4`): before 11.7 every kernel loads at start-up, which
+    /// makes the context larger. Default: a current one (lazy loading, unless the environment
+    /// sets CUDA_MODULE_LOADING=EAGER).
+    #[arg(long, value_name = "X.Y")]
+    pub cuda_version: Option<String>,
+}
+
+/// What `--target` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// A CUDA GPU.
+    Cuda,
+    /// PyTorch on the CPU under FakeTensorMode (validation/oracle.py).
+    CpuOracle,
+}
+
+impl Target {
+    /// The name on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Cuda => "cuda",
+            Target::CpuOracle => "cpu-oracle",
+        }
+    }
+}
+
+/// The CUDA context a verdict is budgeted with, and where it comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Context {
+    /// Its size.
+    pub bytes: Bytes,
+    /// `given` (--cuda-context), `observed` / `derived` (the generation's value), `eager`
+    /// (without lazy loading) or `default` (a card of unknown generation).
+    pub basis: &'static str,
+    /// The one-line warning a default deserves.
+    pub warning: Option<String>,
 }
 
 /// Where the model comes from.
@@ -146,7 +208,68 @@ impl SetupArgs {
             checkpointing: self.checkpointing.parse::<Checkpointing>().map_err(parse_err)?,
             grad_accum: self.grad_accum,
             optimizer_impl: self.optimizer_impl.parse::<OptimizerImpl>().map_err(parse_err)?,
+            training_loop: self.training_loop.parse::<TrainingLoop>().map_err(|e| {
+                Failure::with_hint(
+                    format!("unknown --loop '{}'", e.given),
+                    "use custom (outputs = model(**batch) kept until the next forward) or trainer (only the loss kept: HF Trainer, Lightning)",
+                )
+            })?,
+            zero_grad: self.zero_grad.parse::<ZeroGrad>().map_err(|e| {
+                Failure::with_hint(
+                    format!("unknown --zero-grad '{}'", e.given),
+                    "use none (zero_grad(set_to_none=True), the default) or zeros (set_to_none=False)",
+                )
+            })?,
+            use_cache: self.use_cache()?,
         })
+    }
+
+    fn use_cache(&self) -> Result<Option<bool>, Failure> {
+        let Some(text) = self.use_cache.as_deref() else { return Ok(None) };
+        match text.trim().to_ascii_lowercase().as_str() {
+            "true" | "yes" | "on" | "1" => Ok(Some(true)),
+            "false" | "no" | "off" | "0" => Ok(Some(false)),
+            _ => Err(Failure::with_hint(
+                format!("invalid --use-cache '{text}'"),
+                "use true or false; without it the model's config.json decides (use_cache)",
+            )),
+        }
+    }
+
+    /// `--target`.
+    pub fn target(&self) -> Result<Target, Failure> {
+        match self.target.trim().to_ascii_lowercase().as_str() {
+            "cuda" => Ok(Target::Cuda),
+            "cpu-oracle" | "cpu_oracle" | "cpu" => Ok(Target::CpuOracle),
+            _ => Err(Failure::with_hint(
+                format!("unknown --target '{}'", self.target),
+                "use cuda (a GPU, the default) or cpu-oracle (what validation/oracle.py measures)",
+            )),
+        }
+    }
+
+    /// How CUDA loads its kernels: `--cuda-version` (lazy from 11.7) and the environment's
+    /// `CUDA_MODULE_LOADING`.
+    pub fn module_loading(&self) -> Result<ModuleLoading, Failure> {
+        let version = match self.cuda_version.as_deref().map(str::trim) {
+            None => None,
+            Some(text) => {
+                let parsed = text.split_once('.').and_then(|(major, minor)| {
+                    Some((major.parse::<u32>().ok()?, minor.parse::<u32>().ok()?))
+                });
+                match parsed {
+                    Some(v) if (8..=99).contains(&v.0) => Some(v),
+                    _ => {
+                        return Err(Failure::with_hint(
+                            format!("invalid --cuda-version '{text}'"),
+                            "give the CUDA version as major.minor, such as 12.4 or 11.6",
+                        ));
+                    }
+                }
+            }
+        };
+        let env = std::env::var("CUDA_MODULE_LOADING").ok();
+        Ok(ModuleLoading::of(version, env.as_deref()))
     }
 
     fn freeze(&self) -> Result<Freeze, Failure> {
@@ -258,16 +381,41 @@ impl SetupArgs {
         ))
     }
 
-    /// The CUDA context budget.
-    pub fn cuda_context(&self) -> Result<Bytes, Failure> {
-        if self.cuda_context.trim() == "0" {
-            return Ok(Bytes::ZERO);
+    /// The CUDA context on the `--gpu` given (`--cuda-context`, else the default without one).
+    pub fn cuda_context_bytes(&self) -> Result<Bytes, Failure> {
+        let gpu = self.gpu()?.unwrap_or(GpuChoice::Capacity(Bytes::ZERO));
+        Ok(self.cuda_context(&gpu)?.bytes)
+    }
+
+    /// The CUDA context budget on `gpu`: `--cuda-context`, else the value of the card's
+    /// generation, else the default with a warning.
+    pub fn cuda_context(&self, gpu: &GpuChoice) -> Result<Context, Failure> {
+        if let Some(text) = self.cuda_context.as_deref() {
+            let bytes = if text.trim() == "0" { Some(Bytes::ZERO) } else { parse_size(text) };
+            return bytes.map(|bytes| Context { bytes, basis: "given", warning: None }).ok_or_else(|| {
+                Failure::with_hint(
+                    format!("invalid --cuda-context '{text}'"),
+                    "give a size such as 512MiB or 1GiB (default: the GPU generation's, vramfit estimate --list-gpus)",
+                )
+            });
         }
-        parse_size(&self.cuda_context).ok_or_else(|| {
-            Failure::with_hint(
-                format!("invalid --cuda-context '{}'", self.cuda_context),
-                format!("give a size such as 512MiB or 1GiB (default {DEFAULT_CUDA_CONTEXT})"),
-            )
+        let size = overhead::cuda_context(gpu, self.module_loading()?);
+        Ok(match size.basis {
+            ContextBasis::Generation { basis, .. } => Context {
+                bytes: size.bytes,
+                basis: if basis == "observed" { "observed" } else { "derived" },
+                warning: None,
+            },
+            ContextBasis::Eager => Context { bytes: size.bytes, basis: "eager", warning: None },
+            ContextBasis::Unknown => Context {
+                bytes: size.bytes,
+                basis: "default",
+                warning: Some(format!(
+                    "the CUDA context of {} is not known (no GPU generation): {} assumed; pass --cuda-context to set it",
+                    gpu.label(),
+                    size.bytes
+                )),
+            },
         })
     }
 

@@ -76,6 +76,32 @@ fn tuning(setup: &TrainSetup) -> String {
     if parts.is_empty() { String::new() } else { format!(" · frozen {}", parts.join(", ")) }
 }
 
+/// The one line of what the estimate assumes: the loop, zero_grad, the KV cache, the target.
+pub(crate) fn assumed_line(a: &super::Assumed) -> String {
+    use vramfit_core::{TrainingLoop, ZeroGrad};
+    let training_loop = match a.training_loop {
+        TrainingLoop::Custom => "custom loop (outputs kept until the next forward)",
+        TrainingLoop::Trainer => "trainer loop (only the loss kept)",
+    };
+    let zero_grad = match a.zero_grad {
+        ZeroGrad::SetToNone => "zero_grad(set_to_none=True)",
+        ZeroGrad::Zeros => "zero_grad(set_to_none=False): gradients kept",
+    };
+    let cache = match (a.kv_cache, a.kv_cache_from) {
+        (_, "encoder") => "no KV cache (an encoder)",
+        (_, "checkpointing") => "KV cache off (checkpointing)",
+        (true, "flag") => "KV cache on (--use-cache)",
+        (false, "flag") => "KV cache off (--use-cache)",
+        (true, _) => "KV cache on (config.json's use_cache)",
+        (false, _) => "KV cache off (config.json's use_cache)",
+    };
+    let target = match a.target {
+        super::Target::Cuda => "",
+        super::Target::CpuOracle => " · target cpu-oracle (PyTorch on the CPU, no allocator)",
+    };
+    format!("assumed: {training_loop} · {zero_grad} · {cache}{target}")
+}
+
 fn row(out: &mut dyn Write, label: &str, bytes: Bytes, note: &str) -> io::Result<()> {
     let note = if note.is_empty() { String::new() } else { format!("   {note}") };
     writeln!(out, "  {label:<17}{:>11}{note}", bytes.to_string())
@@ -91,10 +117,17 @@ fn capacity_line(out: &mut dyn Write, v: &Verdict) -> io::Result<()> {
         Bytes(v.margin_bytes),
         Bytes(v.cuda_visible_bytes.saturating_sub(v.margin_bytes))
     )?;
+    let basis = match v.cuda_context_basis {
+        "given" => "--cuda-context",
+        "observed" => "measured for the GPU generation",
+        "derived" => "derived for the GPU generation",
+        "eager" => "eager kernel loading",
+        _ => "default: GPU generation unknown",
+    };
     if let Some(reserved) = v.peak_reserved_bytes {
         writeln!(
             out,
-            "  device use       {:>11}   = {} reserved + {} CUDA context (what nvidia-smi shows)",
+            "  device use       {:>11}   = {} reserved + {} CUDA context ({basis}): what nvidia-smi shows",
             Bytes(v.device_used_bytes).to_string(),
             Bytes(reserved),
             Bytes(v.cuda_context_bytes)
@@ -102,7 +135,7 @@ fn capacity_line(out: &mut dyn Write, v: &Verdict) -> io::Result<()> {
     } else {
         writeln!(
             out,
-            "  device use       {:>11}   = model states + {} CUDA context",
+            "  device use       {:>11}   = model states + {} CUDA context ({basis})",
             Bytes(v.device_used_bytes).to_string(),
             Bytes(v.cuda_context_bytes)
         )?;
@@ -162,7 +195,9 @@ fn verdict(out: &mut dyn Write, v: &Verdict, setup: &TrainSetup, states: Bytes) 
 /// Renders a report.
 pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
     match report {
-        Report::Full { model, setup, estimate, verdict: v, warnings, trainable, .. } => {
+        Report::Full {
+            model, setup, estimate, verdict: v, warnings, trainable, assumed, ..
+        } => {
             match trainable {
                 Some((trainable, total)) => writeln!(
                     out,
@@ -175,6 +210,7 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
                 None => writeln!(out, "{model} · {} parameters", count(estimate.parameters))?,
             }
             writeln!(out, "{}", setup_line(setup))?;
+            writeln!(out, "{}", assumed_line(assumed))?;
             writeln!(out)?;
             writeln!(
                 out,
@@ -218,7 +254,7 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
             }
             warn(out, warnings)
         }
-        Report::StatesOnly { parameters, setup, states, verdict: v, warnings } => {
+        Report::StatesOnly { parameters, setup, states, verdict: v, warnings, .. } => {
             writeln!(
                 out,
                 "{} parameters (a bare count: activations need the architecture, pass --model)",
@@ -290,22 +326,38 @@ pub fn list_models(out: &mut dyn Write) -> io::Result<()> {
     Ok(())
 }
 
-/// `--list-gpus`.
+/// `--list-gpus`: the catalog, with the CUDA context budgeted for each card (`~`: derived
+/// for its generation, `?`: generation unknown, the default).
 pub fn list_gpus(out: &mut dyn Write) -> io::Result<()> {
-    writeln!(out, "{:<12} {:>12} {:>12}  {:<7} {:<5} name", "id", "nvml", "cuda", "cc", "bf16")?;
+    use vramfit_core::overhead::{self, ContextBasis, ModuleLoading};
+    writeln!(
+        out,
+        "{:<12} {:>12} {:>12}  {:<7} {:<5} {:>11} name",
+        "id", "nvml", "cuda", "cc", "bf16", "context"
+    )?;
     for g in gpu::catalog() {
         let cuda = match g.cuda_visible {
             gpu::Provenance::Observed => g.cuda_visible().to_string(),
             gpu::Provenance::Estimated => format!("~{}", g.cuda_visible()),
         };
+        let context =
+            overhead::cuda_context(&gpu::GpuChoice::Known(g.clone()), ModuleLoading::Lazy);
+        let context = match context.basis {
+            ContextBasis::Generation { basis, .. } if basis == "observed" => {
+                context.bytes.to_string()
+            }
+            ContextBasis::Generation { .. } | ContextBasis::Eager => format!("~{}", context.bytes),
+            ContextBasis::Unknown => format!("?{}", context.bytes),
+        };
         writeln!(
             out,
-            "{:<12} {:>12} {:>12}  {:<7} {:<5} {}",
+            "{:<12} {:>12} {:>12}  {:<7} {:<5} {:>11} {}",
             g.id,
             g.nvml_total().to_string(),
             cuda,
             g.compute_capability,
             if g.bf16 { "yes" } else { "no" },
+            context,
             g.name
         )?;
     }

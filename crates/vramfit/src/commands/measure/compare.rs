@@ -75,7 +75,7 @@ pub fn compare(
     } else {
         args.clone()
     };
-    let cuda_context = args.cuda_context()?.get();
+    let cuda_context = args.cuda_context_bytes()?.get();
     let report = estimate::compute(&args, false)?;
     // The probe's config sits in a temporary folder: name the model by what the config says.
     let probe_label = probe.filter(|_| from_probe).map(|p| {
