@@ -46,6 +46,7 @@ use std::fmt::Write as _;
 use serde::Deserialize;
 use serde_json::Value;
 use vramfit_core::card::device_used;
+use vramfit_core::overhead;
 use vramfit_core::{
     Architecture, Attention, Bytes, Checkpointing, Device, Estimate, Lora, LoraTargets, ModelSpec,
     Optimizer, OptimizerImpl, Precision, TrainSetup, catalog, estimate_on, gpu,
@@ -417,9 +418,13 @@ fn train_setup(row: &Row, seq_len: u64, approximate: bool) -> TrainSetup {
     }
 }
 
-/// The CUDA context vramfit budgets for a card: today one default for every GPU.
-fn cuda_context(_gpu: &GpuRef) -> Bytes {
-    gpu::DEFAULT_CUDA_CONTEXT
+/// The CUDA context vramfit budgets for a card (lazy module loading, the default since CUDA
+/// 11.7): its generation's row of the card table, or the table's default for an unknown card.
+fn cuda_context(gpu: &GpuRef) -> Bytes {
+    match gpu.catalog.as_deref().map(gpu::resolve) {
+        Some(Ok(choice)) => overhead::cuda_context(&choice, overhead::ModuleLoading::Lazy).bytes,
+        _ => overhead::unknown_context(),
+    }
 }
 
 fn predicted(statistic: Statistic, e: &Estimate, context: Bytes) -> u64 {
