@@ -20,6 +20,9 @@ pub const MAX_MICRO_BATCH: u64 = 1 << 20;
 /// The largest gradient-accumulation count accepted.
 pub const MAX_GRAD_ACCUM: u64 = 1 << 16;
 
+/// The largest layer interval of `every-N` checkpointing accepted.
+pub const MAX_CHECKPOINT_INTERVAL: u64 = 1 << 16;
+
 /// Why an estimate cannot be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EstimateError {
@@ -175,6 +178,9 @@ fn check_setup(setup: &TrainSetup) -> Result<(), EstimateError> {
     check("batch", setup.micro_batch, MAX_MICRO_BATCH)?;
     check("seq-len", setup.seq_len, MAX_SEQ_LEN)?;
     check("grad-accum", setup.grad_accum, MAX_GRAD_ACCUM)?;
+    if let crate::setup::Checkpointing::Every(n) = setup.checkpointing {
+        check("checkpointing every-N", n, MAX_CHECKPOINT_INTERVAL)?;
+    }
     Ok(())
 }
 

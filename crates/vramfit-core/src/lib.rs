@@ -49,8 +49,8 @@ pub use estimate::{
 pub use gpu::{Gpu, GpuCatalogError};
 pub use model::{Architecture, ConfigError, ModelSpec};
 pub use setup::{
-    Attention, Checkpointing, Freeze, Lora, LoraTargets, Optimizer, OptimizerImpl, Precision,
-    TrainSetup, UnknownName,
+    Attention, Checkpointing, Freeze, Lora, LoraTargets, LossKernel, Optimizer, OptimizerImpl,
+    Precision, TrainSetup, UnknownName,
 };
 pub use timeline::{Component, Phase, StepTimeline, TimelinePoint};
 pub use units::{Bytes, DType, Overflow};
