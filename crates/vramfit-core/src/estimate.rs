@@ -167,7 +167,7 @@ pub struct Estimate {
     pub warnings: Vec<Warning>,
 }
 
-fn check_setup(setup: &TrainSetup) -> Result<(), EstimateError> {
+pub(crate) fn check_setup(setup: &TrainSetup) -> Result<(), EstimateError> {
     let check = |field: &'static str, value: u64, max: u64| {
         if value == 0 || value > max {
             Err(EstimateError::OutOfRange { field, value, max })
@@ -291,6 +291,32 @@ pub fn model_states_for_params(
         optimizer_state: Bytes(state),
         total: Bytes(total),
     })
+}
+
+/// A lower bound of the step's allocated peak, without simulating it: the model states and
+/// the device's workspaces, all alive when `optimizer.step()` starts (a planner prunes with it).
+pub(crate) fn peak_lower_bound(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    device: &Device,
+) -> Result<Bytes, EstimateError> {
+    check_setup(setup)?;
+    crate::peft::check(&spec.parameter_layout(), setup)?;
+    let (states, _) = crate::step::model_states_only(spec, setup, device)?;
+    let workspaces = device.workspaces.iter().try_fold(0u64, |a, &w| a.checked_add(w));
+    let total = workspaces.and_then(|w| w.checked_add(states.total.get())).ok_or(Overflow)?;
+    Ok(Bytes(total))
+}
+
+/// The optimizer state a paged optimizer keeps in CUDA managed memory, which the estimate's
+/// peak leaves out (it stays on the GPU until memory runs short, then pages to the host).
+pub(crate) fn paged_state_bytes(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+) -> Result<Bytes, EstimateError> {
+    check_setup(setup)?;
+    let (_, paged) = crate::step::model_states_only(spec, setup, &Device::CUDA)?;
+    Ok(Bytes(paged))
 }
 
 /// The largest micro-batch whose peak fits in `capacity` (0 if none does): exponential

@@ -11,6 +11,7 @@
 //! * [`hf_config`] and [`model`] — `config.json` → [`ModelSpec`]; [`catalog`] — built-in models;
 //!   [`layout`] — every parameter and buffer of a model, declared once.
 //! * [`Device`] — a device's mechanisms as data (CUDA, the CPU oracle).
+//! * [`plan`] — the planner: the cheapest changes that make a run fit, ranked by a cost model.
 //! * [`estimate()`] / [`estimate_on`] — the simulated training step: a stream of allocations
 //!   and frees (`timeline`, `graph`, `step`, `optim`) whose peak, phase and breakdown are
 //!   reported, with typed [`Warning`]s; [`allocator`] replays it through PyTorch's caching
@@ -26,6 +27,7 @@ pub mod model;
 #[doc(hidden)]
 pub mod oracle_case;
 pub mod peft;
+pub mod plan;
 pub mod setup;
 pub mod units;
 

@@ -244,13 +244,7 @@ fn simulate_micro_batches(
     for &bytes in device.workspaces {
         g.tl.alloc(Component::Workspace, bytes)?;
     }
-    let stepped = g
-        .params
-        .iter()
-        .filter(|p| p.trains)
-        .map(|p| crate::optim::Stepped { numel: p.numel, matrix: p.matrix, dtype: p.dtype })
-        .collect();
-    let mut opt = crate::optim::OptimizerRun::new(setup, stepped, device.step_counters_on_device)?;
+    let mut opt = optimizer_run(&g, setup, device)?;
     let model_states = model_states(&g, &opt)?;
     // The steady state: the optimizer state exists before the forward (the previous step
     // created it). The first iteration of a run is the same stream without that state, and
@@ -275,6 +269,39 @@ fn simulate_micro_batches(
     }
     let (peak, peak_phase, at_peak) = g.tl.peak();
     Ok(StepResult { peak, peak_phase, at_peak, phase_peaks: g.tl.phase_peaks(), model_states })
+}
+
+/// The optimizer over the parameters that train.
+fn optimizer_run(
+    g: &Graph,
+    setup: &TrainSetup,
+    device: &Device,
+) -> Result<crate::optim::OptimizerRun> {
+    let stepped = g
+        .params
+        .iter()
+        .filter(|p| p.trains)
+        .map(|p| crate::optim::Stepped { numel: p.numel, matrix: p.matrix, dtype: p.dtype })
+        .collect();
+    crate::optim::OptimizerRun::new(setup, stepped, device.step_counters_on_device)
+}
+
+/// The model states of a setup without simulating its step: what is alive when
+/// `optimizer.step()` starts (every parameter, every gradient, the optimizer state on the
+/// device), so a lower bound of the step's peak (with the device's workspaces).
+///
+/// Also returns a paged optimizer's state in managed memory (outside the model states).
+pub(crate) fn model_states_only(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    device: &Device,
+) -> Result<(ModelStates, u64)> {
+    let layout = spec.parameter_layout();
+    let cx = Context::new(spec, setup, device)?;
+    let mut g = Graph::new(Timeline::new(device.allocation_granularity, Vec::new()));
+    build_model(&mut g, &cx, &layout)?;
+    let opt = optimizer_run(&g, setup, device)?;
+    Ok((model_states(&g, &opt)?, opt.paged_state()?))
 }
 
 /// Parameters, gradients and optimizer state as the step holds them: every parameter's
