@@ -293,19 +293,50 @@ pub fn model_states_for_params(
     })
 }
 
-/// A lower bound of the step's allocated peak, without simulating it: the model states and
-/// the device's workspaces, all alive when `optimizer.step()` starts (a planner prunes with it).
+/// The model states of a setup without simulating its step (for a planner's bounds).
+pub(crate) fn model_states_on(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    device: &Device,
+) -> Result<ModelStates, EstimateError> {
+    check_setup(setup)?;
+    crate::peft::check(&spec.parameter_layout(), setup)?;
+    let (states, _) = crate::step::model_states_only(spec, setup, device)?;
+    Ok(states)
+}
+
+/// A lower bound of the step's allocated peak, without simulating it (a planner prunes with
+/// it), from the setup's model states ([`model_states_on`]). Two moments of the step are
+/// certain: when `optimizer.step()` starts, every parameter, gradient and optimizer state is
+/// alive; and while the standard loss runs, the parameters, the optimizer state (the steady
+/// state has it), the gradients of earlier micro-batches (with accumulation) and the
+/// log-probabilities (`tokens × vocabulary`, fp32 when the logits are upcast) are. The
+/// device's workspaces are alive throughout.
 pub(crate) fn peak_lower_bound(
     spec: &ModelSpec,
     setup: &TrainSetup,
     device: &Device,
-) -> Result<Bytes, EstimateError> {
-    check_setup(setup)?;
-    crate::peft::check(&spec.parameter_layout(), setup)?;
-    let (states, _) = crate::step::model_states_only(spec, setup, device)?;
-    let workspaces = device.workspaces.iter().try_fold(0u64, |a, &w| a.checked_add(w));
-    let total = workspaces.and_then(|w| w.checked_add(states.total.get())).ok_or(Overflow)?;
-    Ok(Bytes(total))
+    states: &ModelStates,
+) -> u64 {
+    let workspaces = device.workspaces.iter().fold(0u64, |a, &w| a.saturating_add(w));
+    let mut at_loss = 0u64;
+    if setup.loss == crate::setup::LossKernel::Standard {
+        let upcast = spec.loss_upcasts_logits || setup.precision.autocast();
+        let size = if upcast { 4 } else { setup.precision.compute_dtype().size() };
+        let log_probs = setup
+            .micro_batch
+            .saturating_mul(setup.seq_len)
+            .saturating_mul(spec.vocab_size)
+            .saturating_mul(size);
+        let grads = if setup.grad_accum > 1 { states.gradients.get() } else { 0 };
+        at_loss = states
+            .parameters
+            .get()
+            .saturating_add(states.optimizer_state.get())
+            .saturating_add(grads)
+            .saturating_add(log_probs);
+    }
+    workspaces.saturating_add(states.total.get().max(at_loss))
 }
 
 /// The optimizer state a paged optimizer keeps in CUDA managed memory, which the estimate's

@@ -175,7 +175,7 @@ impl Checkpointing {
         match self {
             Checkpointing::None => false,
             Checkpointing::Full => true,
-            Checkpointing::Every(n) => n > 0 && layer % n == 0,
+            Checkpointing::Every(n) => n > 0 && layer.is_multiple_of(n),
         }
     }
 
@@ -261,6 +261,10 @@ impl LossKernel {
         }
     }
 
+    #[allow(
+        clippy::trivially_copy_pass_by_ref,
+        reason = "serde's skip_serializing_if takes a reference"
+    )]
     fn is_standard(&self) -> bool {
         *self == LossKernel::Standard
     }

@@ -131,6 +131,10 @@ impl Lever {
                     Precision::Fp16Mixed if cx.gpu.bf16 => {
                         v.push(Setting::Precision(Precision::Bf16Mixed));
                     }
+                    // bf16 on a card without it: fp16-mixed is what runs.
+                    Precision::Bf16Mixed | Precision::Bf16 if !cx.gpu.bf16 => {
+                        v.push(Setting::Precision(Precision::Fp16Mixed));
+                    }
                     _ => {}
                 }
                 v
@@ -157,7 +161,10 @@ impl Lever {
                 if user.attention == Attention::Eager {
                     v.push(Setting::Attention(Attention::Sdpa));
                 }
-                if user.attention != Attention::Flash && cx.gpu.flash_attention {
+                // On CUDA, SDPA runs the flash kernel for 16-bit inputs: FlashAttention-2 saves
+                // nothing more, except where SDPA cannot use it (soft-capped scores, Gemma 2).
+                let sdpa_falls_back = cx.spec.attn_softcap.is_some();
+                if user.attention != Attention::Flash && cx.gpu.flash_attention && sdpa_falls_back {
                     v.push(Setting::Attention(Attention::Flash));
                 }
                 v
@@ -358,6 +365,16 @@ impl Setting {
                     c.setup.freeze = crate::setup::Freeze::default();
                 }
             }
+        }
+    }
+
+    /// Whether the GPU runs this setting: bf16 needs hardware bf16, FlashAttention compute
+    /// capability 8.0.
+    pub fn runs_on(&self, gpu: &GpuFacts) -> bool {
+        match self {
+            Setting::Precision(p) => gpu.bf16 || !p.needs_bf16(),
+            Setting::Attention(Attention::Flash) => gpu.flash_attention,
+            _ => true,
         }
     }
 
@@ -585,12 +602,31 @@ mod tests {
             settings(Lever::Optimizer, &user, &gpu(true)),
             ["adamw", "fused", "adamw-8bit", "paged-adamw-8bit", "adafactor"]
         );
-        assert_eq!(settings(Lever::Attention, &user, &gpu(true)), ["eager", "sdpa", "flash"]);
-        assert_eq!(settings(Lever::Attention, &user, &gpu(false)), ["eager", "sdpa"]);
+        assert_eq!(settings(Lever::Attention, &user, &gpu(true)), ["eager", "sdpa"]);
         assert_eq!(
             settings(Lever::Checkpointing, &user, &gpu(true)),
             ["none", "every-4", "every-3", "every-2", "full"]
         );
+    }
+
+    #[test]
+    fn flash_attention_is_offered_where_sdpa_cannot_run_its_flash_kernel() {
+        let gemma2 =
+            ModelSpec::from_hf_config(crate::catalog::config_json("gemma-2-2b").unwrap()).unwrap();
+        let user = TrainSetup::default();
+        let alloc = AllocConf::DEFAULT;
+        let offered = |g: &GpuFacts| {
+            let cx = LeverContext {
+                spec: &gemma2,
+                setup: &user,
+                alloc: &alloc,
+                gpu: g,
+                fragmentation_matters: false,
+            };
+            Lever::Attention.settings(&cx).iter().map(Setting::name).collect::<Vec<_>>()
+        };
+        assert_eq!(offered(&gpu(true)), ["sdpa", "flash"]);
+        assert_eq!(offered(&gpu(false)), ["sdpa"]);
     }
 
     #[test]

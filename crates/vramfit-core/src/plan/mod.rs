@@ -220,6 +220,16 @@ pub enum PlanError {
         /// The user's setting.
         setting: String,
     },
+    /// A lever is kept at a setting the GPU does not run.
+    #[error("{lever} is kept at {setting}, which {gpu} does not run")]
+    KeptUnsupported {
+        /// The lever.
+        lever: Lever,
+        /// The user's setting.
+        setting: String,
+        /// The GPU.
+        gpu: String,
+    },
     /// An opt-in lever is both allowed and kept or forbidden.
     #[error("{lever} is both allowed and {how}")]
     AllowedAndRefused {

@@ -42,7 +42,8 @@ pub fn remedies(req: &PlanRequest<'_>) -> Result<Vec<Remedy>, PlanError> {
     let base_used = search.baseline.verdict.device_used.get();
     let per_gpu = req.global_batch / req.data_parallel;
     let micro = user.setup.micro_batch;
-    let at_user = if per_gpu % micro == 0 { search.at(&user, micro) } else { user.clone() };
+    let at_user =
+        if per_gpu.is_multiple_of(micro) { search.at(&user, micro) } else { user.clone() };
     let mut configs = Vec::new();
     for (_, settings) in &options {
         for s in settings.iter().skip(1) {

@@ -1,7 +1,8 @@
 //! The search behind [`plan`]: configurations of the levers × the micro-batches that make the
 //! global batch, cheapest first, each decided by the whole-card verdict on a full estimate.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 use super::cost::{self, ModelFacts, Rates};
 use super::lever::{self, Config, Lever, LeverContext, Setting};
@@ -10,7 +11,7 @@ use super::{
 };
 use crate::card::{self, CardBudget, CardVerdict};
 use crate::device::Device;
-use crate::estimate::{Estimate, EstimateError, MAX_GRAD_ACCUM, MAX_MICRO_BATCH, estimate_on};
+use crate::estimate::{Estimate, MAX_GRAD_ACCUM, MAX_MICRO_BATCH, estimate_on};
 use crate::setup::{Lora, TrainSetup};
 use crate::units::Bytes;
 
@@ -36,20 +37,76 @@ struct Survivor {
     config: Config,
     optimistic: f64,
     changes: usize,
+    /// How many of the micro-batches (the smallest ones) the lower bound lets through.
+    limit: usize,
+}
+
+/// A configuration in the best-first queue, by its cost bound.
+#[derive(Debug, Clone, Copy)]
+struct Queued {
+    bound: f64,
+    changes: usize,
+    id: usize,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+
+impl Eq for Queued {}
+
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Queued {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.bound
+            .total_cmp(&other.bound)
+            .then(self.changes.cmp(&other.changes))
+            .then(self.id.cmp(&other.id))
+    }
+}
+
+/// A configuration's progress: the micro-batches it simulated, and once its allocated peak
+/// was searched, the largest micro-batch that passed.
+struct Entry {
+    config: Config,
+    touched: Vec<bool>,
+    top: Option<usize>,
+}
+
+/// What the model states depend on: the levers that decide parameters, gradients and
+/// optimizer state (not the micro-batch, attention, checkpointing, loss or allocator).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct StatesKey {
+    precision: crate::setup::Precision,
+    optimizer: crate::setup::Optimizer,
+    state_dtype: Option<crate::units::DType>,
+    lora: Option<Lora>,
+    freeze: crate::setup::Freeze,
+}
+
+impl StatesKey {
+    fn of(s: &TrainSetup) -> StatesKey {
+        StatesKey {
+            precision: s.precision,
+            optimizer: s.optimizer,
+            state_dtype: s.optimizer_state_dtype,
+            lora: s.lora.clone(),
+            freeze: s.freeze,
+        }
+    }
 }
 
 /// A configuration that does not fit, and by how much at least.
 struct Miss {
     config: Config,
     device_at_least: u64,
-}
-
-/// What one candidate (configuration × micro-batch) turned out to be.
-enum Probe {
-    /// Its allocated peak alone overflows the card (so its reserved peak does too).
-    Refused { device_at_least: u64 },
-    /// Fully estimated.
-    Estimated(Box<Estimate>, CardVerdict),
 }
 
 pub(super) struct Search<'r, 'a> {
@@ -64,6 +121,9 @@ pub(super) struct Search<'r, 'a> {
     /// Seconds of the user's own step (the reference of relative step times).
     reference_seconds: f64,
     trainable: HashMap<Option<Lora>, f64>,
+    /// Allocated peaks (plus context) by setup: the allocator settings do not change them, so
+    /// configurations that differ only there share the simulation.
+    allocated: HashMap<TrainSetup, u64>,
     pub(super) baseline: Baseline,
     stats: SearchStats,
 }
@@ -78,7 +138,7 @@ impl<'r, 'a> Search<'r, 'a> {
         if global == 0 || global > MAX_MICRO_BATCH * MAX_GRAD_ACCUM {
             return Err(PlanError::GlobalBatchOutOfRange(global));
         }
-        if global % dp != 0 {
+        if !global.is_multiple_of(dp) {
             let nearest = super::nearest_divisible(global, dp);
             return Err(PlanError::GlobalBatchNotDivisible { global, gpus: dp, nearest });
         }
@@ -86,7 +146,7 @@ impl<'r, 'a> Search<'r, 'a> {
         let user = Config { setup: req.setup.clone(), alloc: req.alloc };
         let micros: Vec<u64> = if req.constraints.keep.contains(&Lever::MicroBatch) {
             let m = user.setup.micro_batch;
-            if m == 0 || per_gpu % m != 0 || per_gpu / m > MAX_GRAD_ACCUM {
+            if m == 0 || !per_gpu.is_multiple_of(m) || per_gpu / m > MAX_GRAD_ACCUM {
                 return Err(PlanError::KeptMicroBatch { micro_batch: m, global, gpus: dp });
             }
             vec![m]
@@ -109,6 +169,7 @@ impl<'r, 'a> Search<'r, 'a> {
             micros,
             reference_seconds: 0.0,
             trainable: HashMap::new(),
+            allocated: HashMap::new(),
             baseline: Baseline { estimate, verdict, step_seconds: None },
             user,
             stats: SearchStats::default(),
@@ -150,7 +211,8 @@ impl<'r, 'a> Search<'r, 'a> {
             let all = lever.settings(&cx);
             let own = all[0].clone();
             let settings = if c.may_change(lever) {
-                let allowed: Vec<Setting> = all.iter().filter(|s| c.permits(s)).cloned().collect();
+                let allowed: Vec<Setting> =
+                    all.iter().filter(|s| c.permits(s) && s.runs_on(&req.gpu)).cloned().collect();
                 if allowed.is_empty() {
                     let names: Vec<String> = all.iter().map(Setting::name).collect();
                     return Err(PlanError::NothingLeft { lever, settings: names.join(", ") });
@@ -159,6 +221,10 @@ impl<'r, 'a> Search<'r, 'a> {
             } else {
                 if !c.permits(&own) {
                     return Err(PlanError::KeptAndForbidden { lever, setting: own.name() });
+                }
+                if !own.runs_on(&req.gpu) {
+                    let gpu = req.gpu.label.clone();
+                    return Err(PlanError::KeptUnsupported { lever, setting: own.name(), gpu });
                 }
                 vec![own]
             };
@@ -195,44 +261,87 @@ impl<'r, 'a> Search<'r, 'a> {
         let context = req.budget.cuda_context.get();
         let mut misses: Vec<Miss> = Vec::new();
         let mut survivors: Vec<Survivor> = Vec::new();
+        // The model states depend on a few levers only: computed once per combination of them.
+        let mut states: HashMap<StatesKey, Option<crate::estimate::ModelStates>> = HashMap::new();
         for config in configs {
             let smallest = self.at(&config, self.micros[0]);
-            let bound = match crate::estimate::peak_lower_bound(
-                req.spec,
-                &smallest.setup,
-                &device(&config),
-            ) {
-                Ok(b) => b.get().saturating_add(context),
-                Err(EstimateError::Overflow) => u64::MAX,
-                Err(_) => {
-                    // A combination the model cannot take (LoRA targets it lacks).
-                    self.stats.pruned += m;
-                    continue;
-                }
-            };
-            if bound > usable {
+            let key = StatesKey::of(&smallest.setup);
+            let known = states.entry(key).or_insert_with(|| {
+                // None: a combination the model cannot take (LoRA targets it lacks), or one
+                // that overflows.
+                crate::estimate::model_states_on(req.spec, &smallest.setup, &device(&config)).ok()
+            });
+            let Some(known) = *known else {
                 self.stats.pruned += m;
-                misses.push(Miss { config, device_at_least: bound });
+                misses.push(Miss { config, device_at_least: u64::MAX });
+                continue;
+            };
+            // The micro-batches whose lower bound fits (the bound grows with the micro-batch).
+            let bound = |search: &Self, i: usize| {
+                let c = search.at(&config, search.micros[i]);
+                crate::estimate::peak_lower_bound(req.spec, &c.setup, &device(&c), &known)
+                    .saturating_add(context)
+            };
+            let limit = (0..self.micros.len()).take_while(|&i| bound(&self, i) <= usable).count();
+            self.stats.pruned += m - limit as u64;
+            if limit == 0 {
+                let device_at_least = bound(&self, 0);
+                misses.push(Miss { config, device_at_least });
                 continue;
             }
-            let largest = self.at(&config, *self.micros.last().expect("a divisor"));
-            // A lower bound of any plan of this config: the largest micro-batch is the fastest
+            let largest = self.at(&config, self.micros[limit - 1]);
+            // A lower bound of any plan of this config: its largest micro-batch is the fastest
             // and changes the fewest levers.
             let changes = self.changes(&largest).len();
             let optimistic =
                 cost::ranking_cost(self.seconds(&largest) / self.reference_seconds, changes);
-            survivors.push(Survivor { config, optimistic, changes });
+            survivors.push(Survivor { config, optimistic, changes, limit });
         }
-        survivors
-            .sort_by(|a, b| a.optimistic.total_cmp(&b.optimistic).then(a.changes.cmp(&b.changes)));
+        // Best first: the configuration with the lowest bound on its cost is taken next. Its
+        // first bound assumes the largest micro-batch the model-states bound lets through; a
+        // search on the allocated peak refines it (a configuration whose real micro-batch is
+        // small falls back in the queue), and only a refined configuration is fully estimated.
+        let mut queue: BinaryHeap<Reverse<Queued>> = BinaryHeap::new();
+        let mut entries: Vec<Entry> = Vec::with_capacity(survivors.len());
+        for (id, s) in survivors.into_iter().enumerate() {
+            queue.push(Reverse(Queued { bound: s.optimistic, changes: s.changes, id }));
+            let touched = vec![false; s.limit];
+            entries.push(Entry { config: s.config, touched, top: None });
+        }
         let mut frontier: Vec<Plan> = Vec::new();
-        let mut rest = survivors.into_iter();
-        while let Some(s) = rest.next() {
-            if self.cannot_improve(&frontier, s.optimistic) {
-                self.stats.pruned += m * (1 + rest.len() as u64);
+        while let Some(Reverse(q)) = queue.pop() {
+            if self.cannot_improve(&frontier, q.bound) {
+                self.count(&entries[q.id].touched);
+                while let Some(Reverse(rest)) = queue.pop() {
+                    self.count(&entries[rest.id].touched);
+                }
                 break;
             }
-            self.search_micro_batch(s.config, &mut frontier, &mut misses);
+            let entry = &mut entries[q.id];
+            let config = entry.config.clone();
+            let mut touched = std::mem::take(&mut entry.touched);
+            match entry.top {
+                None => match self.largest_by_allocated(&config, &mut touched) {
+                    Err(device_at_least) => {
+                        self.count(&touched);
+                        misses.push(Miss { config, device_at_least });
+                    }
+                    Ok(top) => {
+                        let c = self.at(&config, self.micros[top]);
+                        let changes = self.changes(&c).len();
+                        let bound =
+                            cost::ranking_cost(self.seconds(&c) / self.reference_seconds, changes);
+                        let entry = &mut entries[q.id];
+                        entry.top = Some(top);
+                        entry.touched = touched;
+                        queue.push(Reverse(Queued { bound, changes, id: q.id }));
+                    }
+                },
+                Some(top) => {
+                    self.fit_from(config, top, &mut touched, &mut frontier, &mut misses);
+                    self.count(&touched);
+                }
+            }
         }
         frontier.sort_by(|a, b| {
             a.cost.cost.total_cmp(&b.cost.cost).then(b.verdict.headroom.cmp(&a.verdict.headroom))
@@ -262,91 +371,113 @@ impl<'r, 'a> Search<'r, 'a> {
         optimistic > costs[top - 1] * (1.0 + EPS)
     }
 
-    /// The largest micro-batch of `config` that fits, by binary search over the divisors
-    /// (memory grows with the micro-batch); its plan (and, near the limit, the next smaller
-    /// one's) joins the frontier.
-    fn search_micro_batch(
+    /// The largest micro-batch of `config` whose allocated peak fits (an index into the
+    /// micro-batches), by binary search over those `touched` covers (memory grows with the
+    /// micro-batch), on simulations without the caching allocator: they can only refuse, as
+    /// the reserved peak is never below the allocated one. `Err`: none fits, with the device
+    /// use the smallest needs at least.
+    fn largest_by_allocated(
         &mut self,
-        config: Config,
-        frontier: &mut Vec<Plan>,
-        misses: &mut Vec<Miss>,
-    ) {
-        let n = self.micros.len();
-        let mut probes: HashMap<usize, Probe> = HashMap::new();
-        let (mut lo, mut hi) = (None::<usize>, n);
-        let mut lo_bound = 0usize;
-        while hi > lo_bound {
-            let mid = lo_bound + (hi - lo_bound) / 2;
-            let probe = self.probe(&config, self.micros[mid]);
-            let fits = matches!(&probe, Probe::Estimated(_, v) if v.fits);
-            probes.insert(mid, probe);
-            if fits {
-                lo = Some(mid);
-                lo_bound = mid + 1;
+        config: &Config,
+        touched: &mut [bool],
+    ) -> Result<usize, u64> {
+        let (mut fitting, mut lo, mut hi) = (None::<usize>, 0usize, touched.len());
+        let mut smallest = u64::MAX;
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let at_least = self.allocated_device_use(config, self.micros[mid]);
+            touched[mid] = true;
+            if mid == 0 {
+                smallest = at_least;
+            }
+            if at_least <= self.req.budget.usable().get() {
+                fitting = Some(mid);
+                lo = mid + 1;
             } else {
                 hi = mid;
             }
         }
-        self.stats.simulated += probes.len() as u64;
-        self.stats.pruned += (n - probes.len()) as u64;
-        let Some(best) = lo else {
-            let device_at_least = match probes.remove(&0) {
-                Some(Probe::Refused { device_at_least }) => device_at_least,
-                Some(Probe::Estimated(_, v)) => v.device_used.get(),
-                None => u64::MAX,
-            };
-            misses.push(Miss { config, device_at_least });
-            return;
-        };
-        let Some(Probe::Estimated(estimate, verdict)) = probes.remove(&best) else {
-            unreachable!("a fitting probe was estimated");
-        };
-        let plan = self.plan_of(&config, self.micros[best], *estimate, verdict);
-        let penalised = plan.cost.near_limit_penalty > 0.0;
-        insert(frontier, plan);
-        if penalised && best > 0 {
-            // Near the limit a smaller micro-batch may be faster: one more candidate.
-            let micro = self.micros[best - 1];
-            let probe = match probes.remove(&(best - 1)) {
-                Some(p) => p,
-                None => {
-                    self.stats.simulated += 1;
-                    self.stats.pruned -= 1;
-                    self.probe(&config, micro)
-                }
-            };
-            if let Probe::Estimated(estimate, verdict) = probe
-                && verdict.fits
-            {
-                let plan = self.plan_of(&config, micro, *estimate, verdict);
-                insert(frontier, plan);
+        fitting.ok_or(smallest)
+    }
+
+    /// Full estimates of `config` from micro-batch index `top` downwards until one fits on the
+    /// reserved peak (usually the first), stopping once a smaller one could no longer be among
+    /// the cheapest; the plan that fits (and, near the limit, the next smaller one's) joins
+    /// the frontier.
+    fn fit_from(
+        &mut self,
+        config: Config,
+        top: usize,
+        touched: &mut [bool],
+        frontier: &mut Vec<Plan>,
+        misses: &mut Vec<Miss>,
+    ) {
+        let mut closest_miss = None;
+        for i in (0..=top).rev() {
+            let c = self.at(&config, self.micros[i]);
+            let bound = cost::ranking_cost(
+                self.seconds(&c) / self.reference_seconds,
+                self.changes(&c).len(),
+            );
+            if self.cannot_improve(frontier, bound) {
+                return;
             }
+            touched[i] = true;
+            let Some((estimate, verdict)) = self.full_estimate(&c) else { return };
+            if !verdict.fits {
+                closest_miss.get_or_insert(verdict.device_used.get());
+                continue;
+            }
+            let plan = self.plan_of(&config, self.micros[i], estimate, verdict);
+            let penalised = plan.cost.near_limit_penalty > 0.0;
+            insert(frontier, plan);
+            if penalised && i > 0 {
+                // Near the limit a smaller micro-batch may be faster: one more candidate.
+                let smaller = self.at(&config, self.micros[i - 1]);
+                touched[i - 1] = true;
+                if let Some((estimate, verdict)) = self.full_estimate(&smaller)
+                    && verdict.fits
+                {
+                    let plan = self.plan_of(&config, self.micros[i - 1], estimate, verdict);
+                    insert(frontier, plan);
+                }
+            }
+            return;
+        }
+        if let Some(device_at_least) = closest_miss {
+            misses.push(Miss { config, device_at_least });
         }
     }
 
-    /// One candidate: refused on its allocated peak, or fully estimated and judged.
-    fn probe(&mut self, config: &Config, micro: u64) -> Probe {
-        let req = self.req;
+    /// Counts a configuration's candidates: simulated (touched) or pruned.
+    fn count(&mut self, touched: &[bool]) {
+        let simulated = touched.iter().filter(|t| **t).count() as u64;
+        self.stats.simulated += simulated;
+        self.stats.pruned += touched.len() as u64 - simulated;
+    }
+
+    /// The device use a candidate needs at least: its allocated peak (a simulation without
+    /// the allocator replay) and the context.
+    fn allocated_device_use(&mut self, config: &Config, micro: u64) -> u64 {
         let c = self.at(config, micro);
-        let context = req.budget.cuda_context.get();
+        if let Some(&known) = self.allocated.get(&c.setup) {
+            return known;
+        }
         let allocated_only = Device { allocator: None, ..Device::CUDA };
-        match estimate_on(req.spec, &c.setup, &allocated_only) {
-            Ok(e) => {
-                let at_least = e.peak_allocated.get().saturating_add(context);
-                if at_least > req.budget.usable().get() {
-                    return Probe::Refused { device_at_least: at_least };
-                }
-            }
-            Err(_) => return Probe::Refused { device_at_least: u64::MAX },
-        }
+        let used = match estimate_on(self.req.spec, &c.setup, &allocated_only) {
+            Ok(e) => e.peak_allocated.get().saturating_add(self.req.budget.cuda_context.get()),
+            Err(_) => u64::MAX,
+        };
+        self.allocated.insert(c.setup, used);
+        used
+    }
+
+    /// A candidate's full estimate (with the allocator replay) and verdict.
+    fn full_estimate(&mut self, c: &Config) -> Option<(Estimate, CardVerdict)> {
         self.stats.replayed += 1;
-        match estimate_on(req.spec, &c.setup, &device(&c)) {
-            Ok(e) => {
-                let v = card::judge(&e, &req.budget);
-                Probe::Estimated(Box::new(e), v)
-            }
-            Err(_) => Probe::Refused { device_at_least: u64::MAX },
-        }
+        let e = estimate_on(self.req.spec, &c.setup, &device(c)).ok()?;
+        let v = card::judge(&e, &self.req.budget);
+        Some((e, v))
     }
 
     /// The config at a micro-batch, with the accumulation that keeps the global batch.
@@ -380,8 +511,8 @@ impl<'r, 'a> Search<'r, 'a> {
         let visible = self.req.budget.cuda_visible.get().max(1);
         let mut used = device_used.get();
         if c.setup.optimizer == crate::setup::Optimizer::PagedAdamw8bit {
-            let paged =
-                crate::estimate::paged_state_bytes(self.req.spec, &c.setup).map_or(0, |b| b.get());
+            let paged = crate::estimate::paged_state_bytes(self.req.spec, &c.setup)
+                .map_or(0, crate::units::Bytes::get);
             let room = self.req.budget.usable().get().saturating_sub(used);
             seconds += cost::paging_seconds(paged.saturating_sub(room));
             used = used.saturating_add(paged.min(room));
@@ -447,8 +578,36 @@ impl<'r, 'a> Search<'r, 'a> {
 
     /// When nothing fits: the closest misses, fully estimated at the smallest micro-batch, and
     /// what it would take.
+    ///
+    /// The misses are grouped by what decides their model states (precision, optimizer,
+    /// adapters): each group's representative is its most frugal configuration (the most
+    /// layers checkpointed, then a fused attention kernel, the chunked loss, expandable
+    /// segments), and the groups that come closest are estimated.
     fn closest(&mut self, mut misses: Vec<Miss>) -> (Vec<Plan>, Option<Requirement>) {
-        misses.sort_by_key(|m| m.device_at_least);
+        let layers = self.req.spec.n_layers;
+        let frugality = |c: &Config| {
+            let s = &c.setup;
+            (
+                s.checkpointing.checkpointed_layers(layers),
+                s.attention != crate::setup::Attention::Eager,
+                s.loss == crate::setup::LossKernel::Chunked,
+                c.alloc.expandable_segments,
+            )
+        };
+        misses.sort_by(|a, b| {
+            a.device_at_least
+                .cmp(&b.device_at_least)
+                .then_with(|| frugality(&b.config).cmp(&frugality(&a.config)))
+        });
+        let mut seen: Vec<StatesKey> = Vec::new();
+        misses.retain(|m| {
+            let key = StatesKey::of(&m.config.setup);
+            let new = !seen.contains(&key);
+            if new {
+                seen.push(key);
+            }
+            new
+        });
         let mut closest = Vec::new();
         for miss in misses.into_iter().take(CLOSEST) {
             let c = self.at(&miss.config, self.micros[0]);
@@ -525,7 +684,7 @@ pub(super) fn divisors(n: u64) -> Vec<u64> {
     let mut large = Vec::new();
     let mut d = 1u64;
     while d.saturating_mul(d) <= n {
-        if n % d == 0 {
+        if n.is_multiple_of(d) {
             small.push(d);
             if d != n / d {
                 large.push(n / d);
