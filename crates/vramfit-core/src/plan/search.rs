@@ -505,19 +505,23 @@ impl<'r, 'a> Search<'r, 'a> {
     }
 
     /// The cost of a config whose device use is known. A paged optimizer's state sits on
-    /// the card as long as it fits there, and pages over PCIe every step for what does not.
+    /// the card as long as it fits there, and pages over PCIe every step for what does not;
+    /// near the card's limit the step slows down ([`cost::near_limit_penalty`]).
     pub(super) fn cost_of(&mut self, c: &Config, device_used: Bytes) -> cost::Cost {
         let mut seconds = self.seconds(c);
         let visible = self.req.budget.cuda_visible.get().max(1);
         let mut used = device_used.get();
-        if c.setup.optimizer == crate::setup::Optimizer::PagedAdamw8bit {
+        let fits = used <= self.req.budget.usable().get();
+        if fits && c.setup.optimizer == crate::setup::Optimizer::PagedAdamw8bit {
             let paged = crate::estimate::paged_state_bytes(self.req.spec, &c.setup)
                 .map_or(0, crate::units::Bytes::get);
             let room = self.req.budget.usable().get().saturating_sub(used);
             seconds += cost::paging_seconds(paged.saturating_sub(room));
             used = used.saturating_add(paged.min(room));
         }
-        let penalty = cost::near_limit_penalty(used as f64 / visible as f64);
+        // A setup that does not fit is costed as if it did: without paging or the penalty.
+        let penalty =
+            if fits { cost::near_limit_penalty(used as f64 / visible as f64) } else { 0.0 };
         let seconds = seconds * (1.0 + penalty);
         let tokens = (self.req.global_batch * c.setup.seq_len) as f64;
         let relative = seconds / self.reference_seconds;

@@ -6,8 +6,8 @@ use std::path::Path;
 use vramfit_core::gpu::{self, DEFAULT_CUDA_CONTEXT, GpuChoice};
 use vramfit_core::units::{parse_count, parse_size};
 use vramfit_core::{
-    Attention, Bytes, Checkpointing, DType, Freeze, Lora, LoraTargets, ModelSpec, Optimizer,
-    OptimizerImpl, Precision, TrainSetup, catalog,
+    Attention, Bytes, Checkpointing, DType, Freeze, Lora, LoraTargets, LossKernel, ModelSpec,
+    Optimizer, OptimizerImpl, Precision, TrainSetup, catalog,
 };
 use vramfit_hub::{HubEnv, HubRemote, RepoId};
 
@@ -56,7 +56,8 @@ pub struct SetupArgs {
     #[arg(long, default_value = "sdpa", value_name = "KIND")]
     pub attention: String,
 
-    /// Activation checkpointing per decoder layer: none, full.
+    /// Activation checkpointing per decoder layer: none, full, every-N (every N-th layer,
+    /// transformers' every_n_layers).
     #[arg(long, default_value = "none", value_name = "MODE")]
     pub checkpointing: String,
 
@@ -103,6 +104,11 @@ pub struct SetupArgs {
     /// The allocator and safety-margin flags (`estimate/mod.rs`).
     #[command(flatten)]
     pub card: super::CardArgs,
+
+    /// The loss: standard (the whole logits, then cross-entropy) or chunked (a fused, chunked
+    /// linear + cross-entropy that never makes the logits: Liger Kernel's).
+    #[arg(long, default_value = "standard", value_name = "KIND")]
+    pub loss: String,
 }
 
 /// Where the model comes from.
@@ -146,6 +152,7 @@ impl SetupArgs {
             checkpointing: self.checkpointing.parse::<Checkpointing>().map_err(parse_err)?,
             grad_accum: self.grad_accum,
             optimizer_impl: self.optimizer_impl.parse::<OptimizerImpl>().map_err(parse_err)?,
+            loss: self.loss.parse::<LossKernel>().map_err(parse_err)?,
         })
     }
 
