@@ -108,7 +108,9 @@ impl Hint for vramfit_core::plan::PlanError {
                 "drop --keep micro-batch, or pass a --global-batch that --batch {micro_batch} divides"
             ),
             PlanError::KeptAndForbidden { lever, setting } => {
-                format!("drop --keep {lever} or --forbid {setting}: a kept setting cannot be forbidden")
+                format!(
+                    "drop --keep {lever} or --forbid {setting}: a kept setting cannot be forbidden"
+                )
             }
             PlanError::KeptUnsupported { lever, .. } => {
                 format!("drop --keep {lever}, or plan for a GPU that runs it")

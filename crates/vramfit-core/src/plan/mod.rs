@@ -147,9 +147,10 @@ pub struct Requirement {
     pub usable: Bytes,
     /// Parameters, gradients and optimizer state of the closest setup (what sharding divides).
     pub model_states: Bytes,
-    /// GPUs of this kind whose memory together holds the model states: a lower bound for
-    /// ZeRO-3 / FSDP sharding, which is not modelled yet.
-    pub gpus_of_this_kind: u64,
+    /// When the model states alone overflow the card: GPUs of this kind whose memory
+    /// together holds them, a lower bound for ZeRO-3 / FSDP sharding (not modelled yet).
+    /// `None` when the model states fit and one micro-batch's activations are what overflow.
+    pub gpus_of_this_kind: Option<u64>,
     /// The smallest catalog GPU on which the closest setup fits, if any.
     pub larger_gpu: Option<String>,
 }
@@ -202,7 +203,7 @@ pub enum PlanError {
     NoGpus,
     /// The micro-batch is kept but does not make the global batch.
     #[error(
-        "the micro-batch is kept at {micro_batch}, which does not make a global batch of {global} (micro-batch × accumulation × {gpus} GPUs)"
+        "the micro-batch is kept at {micro_batch}, which does not divide a global batch of {global} over {gpus} GPU(s)"
     )]
     KeptMicroBatch {
         /// The kept micro-batch.

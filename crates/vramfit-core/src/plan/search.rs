@@ -648,7 +648,7 @@ impl<'r, 'a> Search<'r, 'a> {
             device_needed: needed,
             usable,
             model_states: states,
-            gpus_of_this_kind: states.get().div_ceil(per_gpu).max(2),
+            gpus_of_this_kind: (states.get() > per_gpu).then(|| states.get().div_ceil(per_gpu)),
             larger_gpu,
         }
     }

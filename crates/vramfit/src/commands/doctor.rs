@@ -198,10 +198,8 @@ pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
 /// training changes.
 fn attach_plan(analysis: &mut Analysis, setup: &SetupArgs) -> Result<(), Failure> {
     let Analysis::Log { report, plan, .. } = analysis else { return Ok(()) };
-    let Some(finding) = report
-        .messages
-        .iter()
-        .find(|f| f.diagnoses.iter().any(|d| d.plan_request.is_some()))
+    let Some(finding) =
+        report.messages.iter().find(|f| f.diagnoses.iter().any(|d| d.plan_request.is_some()))
     else {
         return Ok(());
     };

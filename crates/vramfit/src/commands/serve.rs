@@ -119,9 +119,8 @@ impl Api for WebApi {
                 let analysis = doctor::analyse_text(PASTED_TEXT, &text)?;
                 Ok(doctor::write_json(&mut out, std::slice::from_ref(&analysis))?)
             }),
-            Route::Plan => plan_report(body).and_then(|report| {
-                Ok(super::plan::json::render(&mut out, &report)?)
-            }),
+            Route::Plan => plan_report(body)
+                .and_then(|report| Ok(super::plan::json::render(&mut out, &report)?)),
             Route::Lint => text_field(body, "source", &["filename"]).and_then(|source| {
                 let filename = match body.get("filename") {
                     None | Some(Value::Null) => PASTED_SCRIPT.to_owned(),

@@ -96,8 +96,7 @@ pub struct PlanReport {
 
 /// Runs `vramfit plan`.
 pub fn run(args: PlanArgs) -> Result<Outcome, Failure> {
-    let report =
-        compute(&args.setup, args.setup.model_source()?, args.setup.gpu()?, &args.search)?;
+    let report = compute(&args.setup, args.setup.model_source()?, args.setup.gpu()?, &args.search)?;
     let mut out = std::io::stdout().lock();
     for w in &report.warnings {
         writeln!(anstream::stderr(), "warning: {w}")?;

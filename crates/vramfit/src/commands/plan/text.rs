@@ -70,15 +70,21 @@ fn table(out: &mut dyn Write, plans: &[Plan], headroom: &str) -> io::Result<()> 
         "#", "step time", "tokens/s", "micro × accum", "device use", headroom
     )?;
     for (i, p) in plans.iter().enumerate() {
+        // A miss shows how far over it is, and no throughput it cannot have.
+        let (room, tokens) = if p.verdict.fits {
+            (signed(p.verdict.headroom), rate(p.cost.tokens_per_second))
+        } else {
+            (signed(-p.verdict.headroom), rate(None))
+        };
         writeln!(
             out,
             "  {:>2}  {:>8.2}×  {:>8}  {:<14} {:>11} {:>11}  {}",
             i + 1,
             p.cost.relative_step_time,
-            rate(p.cost.tokens_per_second),
+            tokens,
             batch_cell(p),
             p.verdict.device_used.to_string(),
-            signed(p.verdict.headroom),
+            room,
             changes_cell(p),
         )?;
     }
@@ -158,11 +164,18 @@ pub fn render(out: &mut dyn Write, r: &PlanReport) -> io::Result<()> {
                 "what it would take: {} on the device, where the card gives {}",
                 need.device_needed, need.usable
             )?;
-            writeln!(
-                out,
-                "  parameters, gradients and optimizer state alone are {}: at least {} GPUs of this kind to shard them over (ZeRO-3 / FSDP, not yet modelled by vramfit: a lower bound)",
-                need.model_states, need.gpus_of_this_kind
-            )?;
+            match need.gpus_of_this_kind {
+                Some(n) => writeln!(
+                    out,
+                    "  parameters, gradients and optimizer state alone are {}: at least {n} GPUs of this kind to shard them over (ZeRO-3 / FSDP, not yet modelled by vramfit: a lower bound)",
+                    need.model_states
+                )?,
+                None => writeln!(
+                    out,
+                    "  parameters, gradients and optimizer state are {} and fit: one micro-batch's activations at this sequence length are what overflow",
+                    need.model_states
+                )?,
+            }
             match &need.larger_gpu {
                 Some(g) => writeln!(out, "  or one larger GPU: the smallest that holds it is {g}")?,
                 None => writeln!(out, "  no single GPU in the catalog holds it")?,
@@ -177,7 +190,10 @@ pub fn render(out: &mut dyn Write, r: &PlanReport) -> io::Result<()> {
         notes(out, &o.plans)?;
         for p in &o.plans {
             if p.config.setup.lora.as_ref().is_some_and(|l| l.targets == LoraTargets::AllLinear) {
-                writeln!(out, "  LoRA plans train rank-16 adapters on every linear layer (alpha 32, dropout 0.05)")?;
+                writeln!(
+                    out,
+                    "  LoRA plans train rank-16 adapters on every linear layer (alpha 32, dropout 0.05)"
+                )?;
                 break;
             }
         }

@@ -47,11 +47,14 @@ pub(super) fn emit(cx: &Emit<'_>) -> Emitted {
     if s.loss == LossKernel::Chunked {
         elsewhere.push("the chunked loss (liger-kernel) on the model".into());
     }
-    elsewhere.push(format!("attn_implementation={:?}", match s.attention {
-        vramfit_core::Attention::Eager => "eager",
-        vramfit_core::Attention::Sdpa => "sdpa",
-        vramfit_core::Attention::Flash => "flash_attention_2",
-    }));
+    elsewhere.push(format!(
+        "attn_implementation={:?}",
+        match s.attention {
+            vramfit_core::Attention::Eager => "eager",
+            vramfit_core::Attention::Sdpa => "sdpa",
+            vramfit_core::Attention::Flash => "flash_attention_2",
+        }
+    ));
     if let Some(conf) = cx.alloc_conf() {
         elsewhere.push(format!("PYTORCH_CUDA_ALLOC_CONF={conf} in the launching shell"));
     }

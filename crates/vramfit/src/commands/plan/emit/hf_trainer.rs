@@ -39,13 +39,16 @@ pub(super) fn emit(cx: &Emit<'_>) -> String {
     if s.precision == Precision::Bf16 {
         out.push_str("import torch\n");
     }
-    out.push_str(&format!("from transformers import {}, Trainer, TrainingArguments\n", cx.auto_class()));
+    out.push_str(&format!(
+        "from transformers import {}, Trainer, TrainingArguments\n",
+        cx.auto_class()
+    ));
     for import in &model_imports {
         out.push_str(import);
         out.push('\n');
     }
     out.push('\n');
-    out.push_str(&format!("model = {}\n", cx.from_pretrained()));
+    out.push_str(&format!("model = {}\n", cx.load_model()));
     for line in &model_lines {
         out.push_str(line);
         out.push('\n');

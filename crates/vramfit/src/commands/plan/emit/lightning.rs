@@ -30,7 +30,7 @@ pub(super) fn emit(cx: &Emit<'_>) -> String {
     out.push_str("\n\nclass Module(L.LightningModule):\n");
     out.push_str("    def __init__(self):\n");
     out.push_str("        super().__init__()\n");
-    out.push_str(&format!("        self.model = {}\n", cx.from_pretrained()));
+    out.push_str(&format!("        self.model = {}\n", cx.load_model()));
     for line in &model_lines {
         out.push_str(&format!("        {line}\n"));
     }

@@ -70,7 +70,8 @@ pub(super) struct Emit<'a> {
 
 impl<'a> Emit<'a> {
     fn new(report: &'a PlanReport, plan: &'a Plan) -> Emit<'a> {
-        let rank = report.outcome.plans.iter().position(|p| std::ptr::eq(p, plan)).map_or(1, |i| i + 1);
+        let rank =
+            report.outcome.plans.iter().position(|p| std::ptr::eq(p, plan)).map_or(1, |i| i + 1);
         Emit { report, plan, setup: &plan.config.setup, rank }
     }
 
@@ -124,19 +125,20 @@ impl<'a> Emit<'a> {
     pub(super) fn auto_class(&self) -> &'static str {
         match self.report.spec.head {
             Head::MaskedLm => "AutoModelForMaskedLM",
-            _ => "AutoModelForCausalLM",
+            Head::CausalLm => "AutoModelForCausalLM",
         }
     }
 
     /// The `from_pretrained(...)` call with the attention kernel (and bf16 weights for pure
     /// bf16).
-    pub(super) fn from_pretrained(&self) -> String {
+    pub(super) fn load_model(&self) -> String {
         let attention = match self.setup.attention {
             vramfit_core::Attention::Eager => "eager",
             vramfit_core::Attention::Sdpa => "sdpa",
             vramfit_core::Attention::Flash => "flash_attention_2",
         };
-        let dtype = if self.setup.precision == Precision::Bf16 { ", dtype=torch.bfloat16" } else { "" };
+        let dtype =
+            if self.setup.precision == Precision::Bf16 { ", dtype=torch.bfloat16" } else { "" };
         format!(
             "{}.from_pretrained({:?}, attn_implementation={attention:?}{dtype})",
             self.auto_class(),
@@ -172,7 +174,7 @@ impl<'a> Emit<'a> {
             };
             let task = match self.report.spec.head {
                 Head::MaskedLm => "",
-                _ => ", task_type=\"CAUSAL_LM\"",
+                Head::CausalLm => ", task_type=\"CAUSAL_LM\"",
             };
             lines.push(format!(
                 "{model} = get_peft_model({model}, LoraConfig(r={}, lora_alpha={}{targets}{dropout}{save}{task}))",
@@ -195,22 +197,30 @@ impl<'a> Emit<'a> {
     pub(super) fn optimizer(&self, params: &str) -> (Option<&'static str>, String) {
         let s = self.setup;
         let fused = if s.optimizer_impl == OptimizerImpl::Fused { ", fused=True" } else { "" };
-        let foreach = if s.optimizer_impl == OptimizerImpl::ForLoop { ", foreach=False" } else { "" };
+        let foreach =
+            if s.optimizer_impl == OptimizerImpl::ForLoop { ", foreach=False" } else { "" };
         match s.optimizer {
-            Optimizer::Adam => (None, format!("torch.optim.Adam({params}, lr={LR}{fused}{foreach})")),
-            Optimizer::Adamw => (None, format!("torch.optim.AdamW({params}, lr={LR}{fused}{foreach})")),
+            Optimizer::Adam => {
+                (None, format!("torch.optim.Adam({params}, lr={LR}{fused}{foreach})"))
+            }
+            Optimizer::Adamw => {
+                (None, format!("torch.optim.AdamW({params}, lr={LR}{fused}{foreach})"))
+            }
             Optimizer::Sgd => (None, format!("torch.optim.SGD({params}, lr={LR}{fused}{foreach})")),
             Optimizer::SgdMomentum => {
                 (None, format!("torch.optim.SGD({params}, lr={LR}, momentum=0.9{fused}{foreach})"))
             }
-            Optimizer::Adamw8bit => {
-                (Some("import bitsandbytes as bnb"), format!("bnb.optim.AdamW8bit({params}, lr={LR})"))
-            }
+            Optimizer::Adamw8bit => (
+                Some("import bitsandbytes as bnb"),
+                format!("bnb.optim.AdamW8bit({params}, lr={LR})"),
+            ),
             Optimizer::PagedAdamw8bit => (
                 Some("import bitsandbytes as bnb"),
                 format!("bnb.optim.PagedAdamW8bit({params}, lr={LR})"),
             ),
-            Optimizer::Adafactor => (None, format!("torch.optim.Adafactor({params}, lr=1e-2{foreach})")),
+            Optimizer::Adafactor => {
+                (None, format!("torch.optim.Adafactor({params}, lr=1e-2{foreach})"))
+            }
             Optimizer::Lion => {
                 (Some("import bitsandbytes as bnb"), format!("bnb.optim.Lion({params}, lr=1e-4)"))
             }

@@ -37,7 +37,7 @@ pub(super) fn emit(cx: &Emit<'_>) -> String {
     ));
     out.push_str(&format!("SEQ_LEN = {}\n", s.seq_len));
     out.push_str("MAX_GRAD_NORM = 1.0\n\n");
-    out.push_str(&format!("model = {}\n", cx.from_pretrained()));
+    out.push_str(&format!("model = {}\n", cx.load_model()));
     for line in &model_lines {
         out.push_str(line);
         out.push('\n');
@@ -46,10 +46,14 @@ pub(super) fn emit(cx: &Emit<'_>) -> String {
     out.push_str(&format!("optimizer = {optimizer}\n"));
     let fp16 = s.precision == Precision::Fp16Mixed;
     if fp16 {
-        out.push_str("scaler = torch.amp.GradScaler(\"cuda\")  # fp16: gradients underflow without it\n");
+        out.push_str(
+            "scaler = torch.amp.GradScaler(\"cuda\")  # fp16: gradients underflow without it\n",
+        );
     }
     out.push('\n');
-    out.push_str("# Your dataset: dicts of input_ids, attention_mask and labels, SEQ_LEN tokens each.\n");
+    out.push_str(
+        "# Your dataset: dicts of input_ids, attention_mask and labels, SEQ_LEN tokens each.\n",
+    );
     out.push_str("dataset = []\n");
     out.push_str(
         "loader = torch.utils.data.DataLoader(dataset, batch_size=MICRO_BATCH, shuffle=True)\n\n",
