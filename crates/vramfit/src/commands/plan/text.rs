@@ -178,7 +178,7 @@ pub fn render(out: &mut dyn Write, r: &PlanReport) -> io::Result<()> {
             }
             match &need.larger_gpu {
                 Some(g) => {
-                    writeln!(out, "  one larger GPU holds it: the smallest in the catalog is {g}")?
+                    writeln!(out, "  one larger GPU holds it: the smallest in the catalog is {g}")?;
                 }
                 None => writeln!(out, "  no single GPU in the catalog holds it")?,
             }
