@@ -49,6 +49,14 @@ ZERO_GRADS = ("none", "zeros")
 # (see `install_cuda_emulation`).
 EMULATIONS = ("none", "cuda")
 
+
+def every_n_layers(checkpointing: str) -> int | None:
+    """N of `every-N` (checkpoint every N-th decoder layer, transformers' `every_n_layers`)."""
+    if checkpointing.startswith("every-") and checkpointing[len("every-"):].isdigit():
+        n = int(checkpointing[len("every-"):])
+        return n if n >= 2 else None
+    return None
+
 # MemTracker category name -> key in results.jsonl
 CATEGORY_KEYS = {
     "Parameter": "params",
@@ -281,7 +289,7 @@ def validate_case(case: dict) -> None:
         raise ValueError(f"unknown optimizer {case['optimizer']!r}")
     if case["attention"] not in ATTENTIONS:
         raise ValueError(f"unknown attention {case['attention']!r}")
-    if case["checkpointing"] not in CHECKPOINTING:
+    if case["checkpointing"] not in CHECKPOINTING and every_n_layers(case["checkpointing"]) is None:
         raise ValueError(f"unknown checkpointing {case['checkpointing']!r}")
     if case.get("loop", "trainer") not in LOOPS:
         raise ValueError(f"unknown loop {case['loop']!r}")
@@ -397,6 +405,11 @@ def run_case(case: dict, versions: dict) -> dict:
         if case["checkpointing"] == "full":
             model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+        elif (n := every_n_layers(case["checkpointing"])) is not None:
+            # Layers 0, n, 2n, ... are checkpointed (`layer_index % every_n_layers == 0`).
+            model.activation_checkpointing_enable(
+                activation_checkpointing_kwargs={"use_reentrant": False}, every_n_layers=n
             )
         n_params = sum(p.numel() for p in model.parameters())
         experts_impl = getattr(model.config, "_experts_implementation_internal", None)

@@ -58,6 +58,17 @@ pub fn resolve(name: &str) -> Option<(&'static str, &'static str)> {
     MODELS.iter().find(|(n, _)| *n == key).copied()
 }
 
+/// The Hugging Face Hub id a catalog file was taken from (`_vramfit_source`,
+/// `https://huggingface.co/ORG/NAME/...`), if any.
+pub fn hub_id(json: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(json).ok()?;
+    let source = value.get("_vramfit_source")?.as_str()?;
+    let path = source.strip_prefix("https://huggingface.co/")?;
+    let mut parts = path.split('/');
+    let (org, name) = (parts.next()?, parts.next()?);
+    (!org.is_empty() && !name.is_empty()).then(|| format!("{org}/{name}"))
+}
+
 /// The parameter count recorded in a catalog file (`_vramfit_parameters`), if any.
 pub fn published_parameters(json: &str) -> Option<u64> {
     let value: serde_json::Value = serde_json::from_str(json).ok()?;
@@ -68,6 +79,15 @@ pub fn published_parameters(json: &str) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::model::ModelSpec;
+
+    #[test]
+    fn every_catalog_model_names_its_hub_id() {
+        for name in names() {
+            let id = hub_id(config_json(name).unwrap());
+            assert!(id.as_deref().is_some_and(|id| id.split('/').count() == 2), "{name}: {id:?}");
+        }
+        assert_eq!(hub_id(config_json("gpt2").unwrap()).as_deref(), Some("openai-community/gpt2"));
+    }
 
     #[test]
     fn table_lists_every_data_file_sorted() {

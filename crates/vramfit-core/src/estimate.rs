@@ -20,6 +20,9 @@ pub const MAX_MICRO_BATCH: u64 = 1 << 20;
 /// The largest gradient-accumulation count accepted.
 pub const MAX_GRAD_ACCUM: u64 = 1 << 16;
 
+/// The largest layer interval of `every-N` checkpointing accepted.
+pub const MAX_CHECKPOINT_INTERVAL: u64 = 1 << 16;
+
 /// Why an estimate cannot be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EstimateError {
@@ -164,7 +167,7 @@ pub struct Estimate {
     pub warnings: Vec<Warning>,
 }
 
-fn check_setup(setup: &TrainSetup) -> Result<(), EstimateError> {
+pub(crate) fn check_setup(setup: &TrainSetup) -> Result<(), EstimateError> {
     let check = |field: &'static str, value: u64, max: u64| {
         if value == 0 || value > max {
             Err(EstimateError::OutOfRange { field, value, max })
@@ -175,6 +178,9 @@ fn check_setup(setup: &TrainSetup) -> Result<(), EstimateError> {
     check("batch", setup.micro_batch, MAX_MICRO_BATCH)?;
     check("seq-len", setup.seq_len, MAX_SEQ_LEN)?;
     check("grad-accum", setup.grad_accum, MAX_GRAD_ACCUM)?;
+    if let crate::setup::Checkpointing::Every(n) = setup.checkpointing {
+        check("checkpointing every-N", n, MAX_CHECKPOINT_INTERVAL)?;
+    }
     Ok(())
 }
 
@@ -285,6 +291,63 @@ pub fn model_states_for_params(
         optimizer_state: Bytes(state),
         total: Bytes(total),
     })
+}
+
+/// The model states of a setup without simulating its step (for a planner's bounds).
+pub(crate) fn model_states_on(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    device: &Device,
+) -> Result<ModelStates, EstimateError> {
+    check_setup(setup)?;
+    crate::peft::check(&spec.parameter_layout(), setup)?;
+    let (states, _) = crate::step::model_states_only(spec, setup, device)?;
+    Ok(states)
+}
+
+/// A lower bound of the step's allocated peak, without simulating it (a planner prunes with
+/// it), from the setup's model states ([`model_states_on`]). Two moments of the step are
+/// certain: when `optimizer.step()` starts, every parameter, gradient and optimizer state is
+/// alive; and while the standard loss runs, the parameters, the optimizer state (the steady
+/// state has it), the gradients of earlier micro-batches (with accumulation) and the
+/// log-probabilities (`tokens × vocabulary`, fp32 when the logits are upcast) are. The
+/// device's workspaces are alive throughout.
+pub(crate) fn peak_lower_bound(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    device: &Device,
+    states: &ModelStates,
+) -> u64 {
+    let workspaces = device.workspaces.iter().fold(0u64, |a, &w| a.saturating_add(w));
+    let mut at_loss = 0u64;
+    if setup.loss == crate::setup::LossKernel::Standard {
+        let upcast = spec.loss_upcasts_logits || setup.precision.autocast();
+        let size = if upcast { 4 } else { setup.precision.compute_dtype().size() };
+        let log_probs = setup
+            .micro_batch
+            .saturating_mul(setup.seq_len)
+            .saturating_mul(spec.vocab_size)
+            .saturating_mul(size);
+        let grads = if setup.grad_accum > 1 { states.gradients.get() } else { 0 };
+        at_loss = states
+            .parameters
+            .get()
+            .saturating_add(states.optimizer_state.get())
+            .saturating_add(grads)
+            .saturating_add(log_probs);
+    }
+    workspaces.saturating_add(states.total.get().max(at_loss))
+}
+
+/// The optimizer state a paged optimizer keeps in CUDA managed memory, which the estimate's
+/// peak leaves out (it stays on the GPU until memory runs short, then pages to the host).
+pub(crate) fn paged_state_bytes(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+) -> Result<Bytes, EstimateError> {
+    check_setup(setup)?;
+    let (_, paged) = crate::step::model_states_only(spec, setup, &Device::CUDA)?;
+    Ok(Bytes(paged))
 }
 
 /// The largest micro-batch whose peak fits in `capacity` (0 if none does): exponential

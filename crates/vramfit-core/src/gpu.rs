@@ -47,7 +47,25 @@ pub struct Gpu {
     pub bf16: bool,
     /// Where the numbers come from.
     pub source: String,
+    /// Dense peak throughput, where a vendor figure was found (the planner's tokens/s).
+    #[serde(default)]
+    pub tflops: Option<PeakTflops>,
 }
+
+/// A card's dense peak throughput in TFLOPS.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeakTflops {
+    /// fp32 without tensor cores (PyTorch's default for fp32 matmuls: TF32 is off).
+    pub fp32: f64,
+    /// 16-bit tensor-core matmuls with fp32 accumulation (bf16; fp16 where there is no bf16).
+    pub tensor16: f64,
+    /// Where the figures come from.
+    pub source: String,
+}
+
+// The catalog's figures are finite (a test checks), so `==` is an equivalence.
+impl Eq for PeakTflops {}
 
 impl Gpu {
     /// Total memory CUDA exposes to PyTorch.
@@ -58,6 +76,19 @@ impl Gpu {
     /// Total memory NVML reports.
     pub fn nvml_total(&self) -> Bytes {
         Bytes(self.nvml_total_mib << 20)
+    }
+
+    /// Whether FlashAttention runs: NVIDIA compute capability 8.0 or newer (FlashAttention-2
+    /// and SDPA's flash kernel), and AMD's MI200 / MI300 (ROCm's Composable Kernel port).
+    pub fn supports_flash_attention(&self) -> bool {
+        if self.vendor == "amd" {
+            return matches!(self.compute_capability.as_str(), "gfx90a" | "gfx942");
+        }
+        self.compute_capability
+            .split('.')
+            .next()
+            .and_then(|m| m.parse::<u32>().ok())
+            .is_some_and(|major| major >= 8)
     }
 }
 
@@ -203,6 +234,11 @@ mod tests {
             // Observed gaps are 0–1.7%; anything above 5% is a typo.
             assert!(g.cuda_visible_mib * 100 >= g.nvml_total_mib * 95, "{}: gap too large", g.id);
             assert!(!g.source.is_empty(), "{} has no source", g.id);
+            if let Some(t) = &g.tflops {
+                assert!(t.fp32.is_finite() && t.fp32 > 0.0, "{}", g.id);
+                assert!(t.tensor16.is_finite() && t.tensor16 >= t.fp32, "{}", g.id);
+                assert!(!t.source.is_empty(), "{}: throughput without a source", g.id);
+            }
         }
     }
 

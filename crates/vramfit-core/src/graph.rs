@@ -25,6 +25,11 @@ pub(crate) enum Grad {
     /// `bytes` in the compute dtype, then cast to the parameter's dtype by the copy's node
     /// (when the parameter has such a copy).
     ParamCast(ParamId, u64),
+    /// A gradient the op computed during its forward and saved (a fused loss): backward
+    /// hands that tensor on as the input's gradient, allocating nothing.
+    Ready(Tid, Tid),
+    /// As [`Grad::Ready`], for a parameter (in the parameter's dtype).
+    ParamReady(ParamId, Tid),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -234,8 +239,10 @@ impl<'o> Graph<'o> {
         let [output] = outputs else { panic!("an op records exactly one output") };
         let output = *output;
         let needed = |graph: &Graph<'o>, grad: &Grad| match *grad {
-            Grad::New(t, _) | Grad::Pass(t) => graph.requires_grad(t),
-            Grad::Param(p, _) | Grad::ParamCast(p, _) => graph.params[p.0].trains,
+            Grad::New(t, _) | Grad::Pass(t) | Grad::Ready(t, _) => graph.requires_grad(t),
+            Grad::Param(p, _) | Grad::ParamCast(p, _) | Grad::ParamReady(p, _) => {
+                graph.params[p.0].trains
+            }
         };
         if !grads.iter().any(|grad| needed(self, grad)) {
             return;
@@ -464,6 +471,18 @@ impl<'o> Graph<'o> {
                 Grad::ParamCast(p, bytes) => {
                     let t = self.tl.alloc(Component::Temporaries, bytes)?;
                     self.param_scratch.push((p, t, true));
+                }
+                Grad::Ready(input, t) => {
+                    // The saved tensor becomes the gradient: one more reference, which the
+                    // release of what the node saved (below) leaves as the only one.
+                    self.tl.retain(t);
+                    self.tl.recategorize(t, Component::Temporaries);
+                    self.scratch.push((input, t));
+                }
+                Grad::ParamReady(p, t) => {
+                    self.tl.retain(t);
+                    self.tl.recategorize(t, Component::Temporaries);
+                    self.param_scratch.push((p, t, false));
                 }
             }
         }

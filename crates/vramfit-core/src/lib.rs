@@ -13,6 +13,7 @@
 //! * [`hf_config`] and [`model`] — `config.json` → [`ModelSpec`]; [`catalog`] — built-in models;
 //!   [`layout`] — every parameter and buffer of a model, declared once.
 //! * [`Device`] — a device's mechanisms as data (CUDA, the CPU oracle).
+//! * [`plan`] — the planner: the cheapest changes that make a run fit, ranked by a cost model.
 //! * [`estimate()`] / [`estimate_on`] — the simulated training step: a stream of allocations
 //!   and frees (`timeline`, `graph`, `step`, `optim`) whose peak, phase and breakdown are
 //!   reported, with typed [`Warning`]s; [`allocator`] replays it through PyTorch's caching
@@ -29,6 +30,7 @@ pub mod model;
 pub mod oracle_case;
 pub mod overhead;
 pub mod peft;
+pub mod plan;
 pub mod setup;
 pub mod units;
 
@@ -52,8 +54,8 @@ pub use estimate::{
 pub use gpu::{Gpu, GpuCatalogError};
 pub use model::{Architecture, ConfigError, ModelSpec};
 pub use setup::{
-    Attention, Checkpointing, Freeze, Lora, LoraTargets, Optimizer, OptimizerImpl, Precision,
-    TrainSetup, TrainingLoop, UnknownName, ZeroGrad,
+    Attention, Checkpointing, Freeze, Lora, LoraTargets, LossKernel, Optimizer, OptimizerImpl,
+    Precision, TrainSetup, TrainingLoop, UnknownName, ZeroGrad,
 };
 pub use timeline::{Component, Phase, StepTimeline, TimelinePoint};
 pub use units::{Bytes, DType, Overflow};

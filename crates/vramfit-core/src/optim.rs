@@ -104,6 +104,18 @@ impl OptimizerRun {
         })
     }
 
+    /// The state a paged optimizer keeps in CUDA managed memory, outside the allocator's
+    /// count (0 for every other optimizer).
+    pub(crate) fn paged_state(&self) -> Result<u64, Overflow> {
+        let mut total = 0u64;
+        for ((p, &dtype), &on_device) in self.params.iter().zip(&self.dtypes).zip(&self.state_bytes)
+        {
+            let all = state_bytes(self.opt, p.numel, p.matrix, dtype, true)?;
+            total = total.checked_add(all.saturating_sub(on_device)).ok_or(Overflow)?;
+        }
+        Ok(total)
+    }
+
     /// The persistent state, summed (without `step` counters).
     pub(crate) fn persistent_state(&self) -> Result<u64, Overflow> {
         self.state_bytes.iter().try_fold(0u64, |a, &b| a.checked_add(b)).ok_or(Overflow)

@@ -144,25 +144,129 @@ impl Attention {
 }
 
 /// Activation checkpointing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Checkpointing {
     /// Keep every activation autograd saves.
     None,
     /// Per decoder layer, non-reentrant (`gradient_checkpointing_enable()`).
     Full,
+    /// Every n-th decoder layer (layers 0, n, 2n, ...), the rest keep their activations:
+    /// transformers' `activation_checkpointing_enable(every_n_layers=n)` (n ≥ 2; 1 is
+    /// [`Checkpointing::Full`]).
+    Every(u64),
 }
 
 impl Checkpointing {
-    /// All variants.
+    /// The modes without a parameter, in the order the CLI lists them (`every-N` takes N).
     pub const ALL: [Checkpointing; 2] = [Checkpointing::None, Checkpointing::Full];
 
-    /// The name used on the command line and in JSON.
+    /// The mode's name (`every` for every n-th layer; `Display` writes `every-N`).
     pub fn name(self) -> &'static str {
         match self {
             Checkpointing::None => "none",
             Checkpointing::Full => "full",
+            Checkpointing::Every(_) => "every",
         }
+    }
+
+    /// Whether decoder layer `layer` (0-based) is checkpointed, as transformers decides:
+    /// `layer_index % every_n_layers == 0`.
+    pub fn checkpoints_layer(self, layer: u64) -> bool {
+        match self {
+            Checkpointing::None => false,
+            Checkpointing::Full => true,
+            Checkpointing::Every(n) => n > 0 && layer.is_multiple_of(n),
+        }
+    }
+
+    /// How many of `layers` layers are checkpointed.
+    pub fn checkpointed_layers(self, layers: u64) -> u64 {
+        match self {
+            Checkpointing::None => 0,
+            Checkpointing::Full => layers,
+            Checkpointing::Every(0) => 0,
+            Checkpointing::Every(n) => layers.div_ceil(n),
+        }
+    }
+}
+
+impl FromStr for Checkpointing {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, UnknownName> {
+        let lower = s.trim().to_ascii_lowercase();
+        let every = lower
+            .strip_prefix("every-")
+            .or_else(|| lower.strip_prefix("every:"))
+            .or_else(|| lower.strip_prefix("every_"))
+            .and_then(|n| n.parse::<u64>().ok());
+        match (lower.as_str(), every) {
+            (_, Some(1)) | ("full" | "on" | "true" | "yes", _) => Ok(Checkpointing::Full),
+            (_, Some(n)) if n >= 2 => Ok(Checkpointing::Every(n)),
+            ("none" | "off" | "no" | "false", _) => Ok(Checkpointing::None),
+            _ => Err(UnknownName {
+                kind: "checkpointing",
+                given: s.to_string(),
+                expected: "none, full, every-N (N ≥ 2: every N-th layer)".to_string(),
+            }),
+        }
+    }
+}
+
+impl fmt::Display for Checkpointing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Checkpointing::Every(n) => write!(f, "every-{n}"),
+            other => f.write_str(other.name()),
+        }
+    }
+}
+
+impl Serialize for Checkpointing {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Checkpointing {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// How the loss is computed from the last hidden states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LossKernel {
+    /// The output layer makes the whole `tokens × vocabulary` logits, then cross-entropy
+    /// (transformers' `ForCausalLMLoss`: the logits upcast to fp32).
+    #[default]
+    Standard,
+    /// A fused, chunked linear + cross-entropy that never makes the whole logits: Liger
+    /// Kernel's `LigerFusedLinearCrossEntropyFunction` (what the HF Trainer's
+    /// `use_liger_kernel` installs), which computes the gradients of the hidden states and
+    /// of the output layer during the forward, chunk by chunk over the tokens.
+    Chunked,
+}
+
+impl LossKernel {
+    /// All variants.
+    pub const ALL: [LossKernel; 2] = [LossKernel::Standard, LossKernel::Chunked];
+
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            LossKernel::Standard => "standard",
+            LossKernel::Chunked => "chunked",
+        }
+    }
+
+    #[allow(
+        clippy::trivially_copy_pass_by_ref,
+        reason = "serde's skip_serializing_if takes a reference"
+    )]
+    fn is_standard(&self) -> bool {
+        *self == LossKernel::Standard
     }
 }
 
@@ -205,6 +309,9 @@ pub struct TrainSetup {
     /// config's value, as a script that leaves `model.config.use_cache` alone does.
     #[serde(default)]
     pub use_cache: Option<bool>,
+    /// How the loss is computed (a fused, chunked cross-entropy never makes the logits).
+    #[serde(default, skip_serializing_if = "LossKernel::is_standard")]
+    pub loss: LossKernel,
 }
 
 /// What the training loop keeps of the model's output.
@@ -365,6 +472,7 @@ impl Default for TrainSetup {
             training_loop: TrainingLoop::Custom,
             zero_grad: ZeroGrad::SetToNone,
             use_cache: None,
+            loss: LossKernel::Standard,
         }
     }
 }
@@ -436,9 +544,9 @@ named_enum!(ZeroGrad, "zero-grad mode",
     "set-to-none" => ZeroGrad::SetToNone, "set_to_none" => ZeroGrad::SetToNone,
     "true" => ZeroGrad::SetToNone, "zero" => ZeroGrad::Zeros, "false" => ZeroGrad::Zeros,
 );
-named_enum!(Checkpointing, "checkpointing",
-    "off" => Checkpointing::None, "no" => Checkpointing::None, "false" => Checkpointing::None,
-    "on" => Checkpointing::Full, "true" => Checkpointing::Full, "yes" => Checkpointing::Full,
+named_enum!(LossKernel, "loss",
+    "fused" => LossKernel::Chunked, "liger" => LossKernel::Chunked, "flce" => LossKernel::Chunked,
+    "cce" => LossKernel::Chunked, "cross-entropy" => LossKernel::Standard,
 );
 
 #[cfg(test)]
@@ -465,6 +573,27 @@ mod tests {
         for z in ZeroGrad::ALL {
             assert_eq!(z.name().parse::<ZeroGrad>(), Ok(z));
         }
+        for l in LossKernel::ALL {
+            assert_eq!(l.name().parse::<LossKernel>(), Ok(l));
+        }
+    }
+
+    #[test]
+    fn every_nth_layer_checkpointing_is_spelled_and_counted_as_transformers_does() {
+        assert_eq!("every-2".parse::<Checkpointing>(), Ok(Checkpointing::Every(2)));
+        assert_eq!("every:4".parse::<Checkpointing>(), Ok(Checkpointing::Every(4)));
+        assert_eq!("every-1".parse::<Checkpointing>(), Ok(Checkpointing::Full));
+        assert!("every-0".parse::<Checkpointing>().is_err());
+        assert!("every".parse::<Checkpointing>().is_err());
+        assert_eq!(Checkpointing::Every(3).to_string(), "every-3");
+        assert_eq!(serde_json::to_string(&Checkpointing::Every(3)).unwrap(), "\"every-3\"");
+        let back: Checkpointing = serde_json::from_str("\"every-3\"").unwrap();
+        assert_eq!(back, Checkpointing::Every(3));
+        // Layers 0, 2, 4, ... of 5: three of them.
+        let every2 = Checkpointing::Every(2);
+        assert_eq!((0..5).filter(|&l| every2.checkpoints_layer(l)).count(), 3);
+        assert_eq!(every2.checkpointed_layers(5), 3);
+        assert_eq!(Checkpointing::Full.checkpointed_layers(5), 5);
     }
 
     #[test]

@@ -12,8 +12,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use vramfit_core::{
-    Attention, Checkpointing, DType, Device, ModelSpec, Optimizer, OptimizerImpl, Precision,
-    TrainSetup, TrainingLoop, ZeroGrad, catalog, estimate_on,
+    Attention, Checkpointing, DType, Device, LossKernel, ModelSpec, Optimizer, OptimizerImpl,
+    Precision, TrainSetup, TrainingLoop, ZeroGrad, catalog, estimate_on,
 };
 
 const GOLDEN: &str = "tests/golden/estimates.txt";
@@ -82,6 +82,9 @@ impl Case {
         if s.use_cache != defaults.use_cache {
             let cache = s.use_cache.map_or("config".to_string(), |c| c.to_string());
             let _ = write!(key, " use-cache={cache}");
+        }
+        if s.loss != LossKernel::Standard {
+            let _ = write!(key, " loss={}", s.loss.name());
         }
         match self.on {
             On::Cuda => {}
@@ -175,6 +178,27 @@ fn cases() -> Vec<Case> {
             cases.push(Case { model, setup: setup.clone(), on: On::Cuda });
             cases.push(Case { model, setup, on: On::CpuOracle });
         }
+        // Checkpointing every n-th layer and the chunked (fused) loss.
+        for (precision, checkpointing) in [
+            (Precision::Fp32, Checkpointing::Every(2)),
+            (Precision::Bf16Mixed, Checkpointing::Every(2)),
+            (Precision::Bf16Mixed, Checkpointing::Every(3)),
+        ] {
+            cases.push(plain(model, TrainSetup { precision, checkpointing, ..base.clone() }));
+        }
+        for precision in Precision::ALL {
+            let loss = LossKernel::Chunked;
+            cases.push(plain(model, TrainSetup { precision, loss, ..base.clone() }));
+        }
+        cases.push(plain(
+            model,
+            TrainSetup {
+                loss: LossKernel::Chunked,
+                checkpointing: Checkpointing::Every(2),
+                grad_accum: 2,
+                ..base.clone()
+            },
+        ));
     }
     cases
 }

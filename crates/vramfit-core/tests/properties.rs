@@ -2,8 +2,8 @@
 
 use proptest::prelude::*;
 use vramfit_core::{
-    Attention, Checkpointing, DType, Device, ModelSpec, Optimizer, Precision, TrainSetup, catalog,
-    estimate, estimate_on,
+    Attention, Checkpointing, DType, Device, LossKernel, ModelSpec, Optimizer, Precision,
+    TrainSetup, catalog, estimate, estimate_on,
 };
 
 const MODELS: &[&str] = &[
@@ -30,9 +30,10 @@ fn setup_strategy() -> impl Strategy<Value = (TrainSetup, Device)> {
         prop::sample::select(vec![Attention::Eager, Attention::Sdpa]),
         1u64..3,
         prop::sample::select(vec![Device::CUDA, Device::CPU_ORACLE]),
+        prop::sample::select(LossKernel::ALL.to_vec()),
     )
         .prop_map(
-            |(micro_batch, seq_len, precision, optimizer, attention, grad_accum, device)| {
+            |(micro_batch, seq_len, precision, optimizer, attention, grad_accum, device, loss)| {
                 let setup = TrainSetup {
                     micro_batch,
                     seq_len,
@@ -40,6 +41,7 @@ fn setup_strategy() -> impl Strategy<Value = (TrainSetup, Device)> {
                     optimizer,
                     attention,
                     grad_accum,
+                    loss,
                     ..TrainSetup::default()
                 };
                 (setup, device)
@@ -74,6 +76,22 @@ proptest! {
         let none = TrainSetup { checkpointing: Checkpointing::None, ..setup.clone() };
         let full = TrainSetup { checkpointing: Checkpointing::Full, ..setup };
         prop_assert!(peak(&s, &(full, device)) <= peak(&s, &(none, device)));
+    }
+
+    /// Checkpointing every n-th layer lies between none and every layer, and checkpointing
+    /// more layers never raises the peak.
+    #[test]
+    fn every_nth_layer_checkpointing_lies_between_none_and_full(
+        m in 0usize..7,
+        (setup, device) in setup_strategy(),
+        n in 2u64..5,
+    ) {
+        let s = spec(m);
+        let at = |c| peak(&s, &(TrainSetup { checkpointing: c, ..setup.clone() }, device));
+        let every = at(Checkpointing::Every(n));
+        prop_assert!(every <= at(Checkpointing::None));
+        prop_assert!(every >= at(Checkpointing::Full));
+        prop_assert!(at(Checkpointing::Every(2 * n)) >= every);
     }
 
     #[test]

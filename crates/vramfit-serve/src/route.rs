@@ -16,6 +16,8 @@ pub enum Route {
     Doctor,
     /// `/api/lint`: the body of `vramfit lint --format json`.
     Lint,
+    /// `/api/plan`: the body of `vramfit plan --format json`.
+    Plan,
 }
 
 impl Route {
@@ -25,6 +27,7 @@ impl Route {
             "/api/estimate/svg" => Some(Route::EstimateSvg),
             "/api/doctor" => Some(Route::Doctor),
             "/api/lint" => Some(Route::Lint),
+            "/api/plan" => Some(Route::Plan),
             _ => None,
         }
     }

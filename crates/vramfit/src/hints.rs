@@ -93,6 +93,39 @@ impl Hint for PeftError {
     }
 }
 
+impl Hint for vramfit_core::plan::PlanError {
+    fn hint(&self) -> String {
+        use vramfit_core::plan::PlanError;
+        match self {
+            PlanError::GlobalBatchNotDivisible { gpus, nearest: (below, above), .. } => format!(
+                "each of the {gpus} GPUs needs a whole share: use --global-batch {below} or {above}"
+            ),
+            PlanError::GlobalBatchOutOfRange(_) => {
+                "pass a positive, realistic --global-batch (sequences per optimizer step)".into()
+            }
+            PlanError::NoGpus => "pass at least one GPU".into(),
+            PlanError::KeptMicroBatch { micro_batch, .. } => format!(
+                "drop --keep micro-batch, or pass a --global-batch that --batch {micro_batch} divides"
+            ),
+            PlanError::KeptAndForbidden { lever, setting } => {
+                format!(
+                    "drop --keep {lever} or --forbid {setting}: a kept setting cannot be forbidden"
+                )
+            }
+            PlanError::KeptUnsupported { lever, .. } => {
+                format!("drop --keep {lever}, or plan for a GPU that runs it")
+            }
+            PlanError::AllowedAndRefused { lever, .. } => {
+                format!("drop --allow {lever}, or drop it from --keep / --forbid")
+            }
+            PlanError::NothingLeft { lever, .. } => {
+                format!("forbid fewer settings of {lever}, or --keep {lever}")
+            }
+            PlanError::Estimate(e) => e.hint(),
+        }
+    }
+}
+
 /// A warning as the command line says it.
 pub fn warning(w: &Warning) -> String {
     match w {
@@ -118,6 +151,12 @@ mod tests {
             Box::new(ConfigError::NotAnObject),
             Box::new(ConfigError::Missing { field: "vocab_size" }),
             Box::new(ConfigError::Overflow),
+            Box::new(vramfit_core::plan::PlanError::NoGpus),
+            Box::new(vramfit_core::plan::PlanError::GlobalBatchNotDivisible {
+                global: 10,
+                gpus: 4,
+                nearest: (8, 12),
+            }),
         ];
         for e in errors {
             let h = e.hint();

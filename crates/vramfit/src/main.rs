@@ -49,6 +49,11 @@ enum Command {
     Completions(commands::completions::CompletionsArgs),
     /// Print the man page (roff) on stdout: `vramfit man > vramfit.1`.
     Man,
+    /// The cheapest changes that make a training run fit its GPU, ranked by cost, with the
+    /// config to paste (`--emit`).
+    Plan(Box<commands::plan::PlanArgs>),
+    /// Does the run fit? The estimate's flags; exit 0 fits, 1 does not, 2 error.
+    Check(commands::check::CheckArgs),
 }
 
 fn main() -> ExitCode {
@@ -70,6 +75,8 @@ fn main() -> ExitCode {
         Command::Measure(args) => commands::measure::run(*args),
         Command::Completions(args) => commands::completions::run(&args),
         Command::Man => commands::completions::run_man(),
+        Command::Plan(args) => commands::plan::run(*args),
+        Command::Check(args) => commands::check::run(args),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,

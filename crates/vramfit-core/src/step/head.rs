@@ -5,16 +5,19 @@ use super::parameters::Model;
 use super::{Context, Result, Tensor, mul};
 use crate::graph::{Grad, Graph};
 use crate::model::Head;
+use crate::setup::LossKernel;
+use crate::timeline::Tid;
 use crate::units::DType;
 
 /// The head and the loss. Returns the loss tensor (its gradient seeds backward) and the
-/// logits, which the model's output object holds.
+/// logits, which the model's output object holds (none with the fused, chunked loss, which
+/// never makes them).
 pub(super) fn head_and_loss(
     g: &mut Graph,
     cx: &Context<'_>,
     m: &Model,
     h: Tensor,
-) -> Result<(Tensor, Tensor)> {
+) -> Result<(Tensor, Option<Tensor>)> {
     let s = cx.spec;
     let n = cx.tokens;
     let v = s.vocab_size;
@@ -28,6 +31,13 @@ pub(super) fn head_and_loss(
         g.drop(a.id);
         x = ln;
         owned = true;
+    }
+    if cx.setup.loss == LossKernel::Chunked {
+        let loss = fused_linear_cross_entropy(g, cx, m, x)?;
+        if owned {
+            g.drop(x.id);
+        }
+        return Ok((loss, None));
     }
     let logits = linear(g, cx, x, v, m.head, m.head_bias)?;
     if owned {
@@ -53,5 +63,155 @@ pub(super) fn head_and_loss(
     let loss = new(g, DType::F32, 1)?;
     g.record(&[loss.id], &[logp.id], &[Grad::New(logp.id, mul(mul(n, v)?, loss_dt.size())?)]);
     g.drop(logp.id);
-    Ok((loss, logits))
+    Ok((loss, Some(logits)))
+}
+
+/// Liger Kernel's fused linear cross-entropy, as `LigerFusedLinearCrossEntropyFunction`
+/// allocates (`src/liger_kernel/ops/fused_linear_cross_entropy.py`, linkedin/Liger-Kernel at
+/// 00eba63, `chunk_mem_const` 1, mean or sum reduction; the path for compute capability ≥ 8 and
+/// torch ≥ 2.8). The forward runs without autograd inside the function:
+///
+/// * `grad_input = zeros_like(hidden)`, `grad_weight = zeros_like(weight)` (and the bias's),
+///   `loss_1d` (fp32 per token) and the target mask, alive through the chunks;
+/// * chunks of `next_pow2(ceil(tokens / ceil(V / H)))` tokens: the chunk's logits
+///   (`chunk × V`; one reused buffer when no autocast cast is needed, else a new product per
+///   chunk with the input chunk cast), turned into their gradient in place by the kernel, then
+///   `grad_logits @ weight` into `grad_input` (a product and a copy under autocast, written in
+///   place otherwise) and `addmm` into `grad_weight` (the input chunk cast to the logits'
+///   dtype under autocast; in fp32, `mm(grad_logits.t(), input)` makes a `V × H` temporary);
+/// * the loss is `sum(loss_1d)`; `grad_input` and `grad_weight` are saved and handed back by
+///   backward as the gradients, scaled in place.
+///
+/// So no `tokens × V` tensor ever exists, and the output layer's gradient exists from the
+/// loss on rather than from its backward.
+fn fused_linear_cross_entropy(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    m: &Model,
+    x: Tensor,
+) -> Result<Tensor> {
+    let n = cx.tokens;
+    let v = cx.spec.vocab_size;
+    let h = (x.numel / n.max(1)).max(1);
+    let weight = g.param(m.head).clone();
+    let input_grad = g.requires_grad(x.id);
+    let grad_input = g.alloc(x.bytes())?;
+    let alloc_param_grad = |g: &mut Graph, p: crate::graph::ParamId| -> Result<Option<Tid>> {
+        let state = g.param(p);
+        if !state.trains {
+            return Ok(None);
+        }
+        let bytes = mul(state.numel, state.dtype.size())?;
+        Ok(Some(g.alloc(bytes)?))
+    };
+    let grad_weight = alloc_param_grad(g, m.head)?;
+    let grad_bias = match m.head_bias {
+        Some(b) => alloc_param_grad(g, b)?,
+        None => None,
+    };
+    let loss_1d = g.alloc(mul(n, 4)?)?;
+    let target_mask = g.alloc(n)?;
+    // `torch.mm(..., out=)` into one logits buffer when the operands already have the
+    // product's dtype (no autocast cast): inside the function autograd is off.
+    let mm_out = !cx.autocast && x.dtype == weight.dtype;
+    let logits_dt = if cx.autocast { cx.compute_dtype } else { x.dtype };
+    let chunk = next_power_of_two(n.div_ceil(v.div_ceil(h).max(1))).min(n);
+    let storage =
+        if mm_out { Some(g.alloc(mul(mul(chunk, v)?, logits_dt.size())?)?) } else { None };
+    let mut start = 0;
+    while start < n {
+        let rows = chunk.min(n - start);
+        start += rows;
+        let rows_by = |dtype: DType, cols: u64| mul(mul(rows, cols)?, dtype.size());
+        let logits = match storage {
+            Some(_) => None,
+            None => {
+                // `_input_chunk @ weight.t()`: autocast casts the chunk (then frees it).
+                let xc = if cx.autocast && x.dtype != logits_dt {
+                    Some(g.alloc(rows_by(logits_dt, h)?)?)
+                } else {
+                    None
+                };
+                let wc = weight_copy(g, m.head)?;
+                let logits = g.alloc(rows_by(logits_dt, v)?)?;
+                release(g, wc);
+                if let Some(xc) = xc {
+                    g.drop(xc);
+                }
+                Some(logits)
+            }
+        };
+        if storage.is_none() {
+            // grad_input[rows] = grad_logits @ weight: a product, then a copy into the slice.
+            let wc = weight_copy(g, m.head)?;
+            let product = g.alloc(rows_by(logits_dt, h)?)?;
+            release(g, wc);
+            g.drop(product);
+        }
+        if grad_weight.is_some() {
+            if cx.autocast && x.dtype != logits_dt {
+                // addmm(out=grad_weight) with the input chunk cast to the logits' dtype.
+                let cast = g.alloc(rows_by(logits_dt, h)?)?;
+                g.drop(cast);
+            } else if logits_dt == DType::F32 {
+                // fp32 logits take the fallback: `grad_weight += mm(grad_logits.t(), input)`.
+                let temp = g.alloc(mul(weight.numel, 4)?)?;
+                g.drop(temp);
+            }
+        }
+        if grad_bias.is_some() {
+            let column_sum = g.alloc(mul(v, logits_dt.size())?)?;
+            g.drop(column_sum);
+        }
+        if let Some(l) = logits {
+            g.drop(l);
+        }
+    }
+    if let Some(s) = storage {
+        g.drop(s);
+    }
+    let loss = new(g, DType::F32, 1)?;
+    let mut saved = vec![grad_input];
+    saved.extend(grad_weight);
+    saved.extend(grad_bias);
+    let mut grads = Vec::with_capacity(3);
+    if input_grad {
+        grads.push(Grad::Ready(x.id, grad_input));
+    }
+    if let Some(t) = grad_weight {
+        grads.push(Grad::ParamReady(m.head, t));
+    }
+    if let (Some(b), Some(t)) = (m.head_bias, grad_bias) {
+        grads.push(Grad::ParamReady(b, t));
+    }
+    g.record(&[loss.id], &saved, &grads);
+    // The function's locals go when it returns; what it saved lives on.
+    for t in saved.into_iter().chain([loss_1d, target_mask]) {
+        g.drop(t);
+    }
+    Ok(loss)
+}
+
+/// The output weight as one of the fused loss's matmuls sees it under autocast: the cached
+/// copy of a trained weight, or a cast made for this call of a frozen one (`true`: drop it).
+fn weight_copy(g: &mut Graph, w: crate::graph::ParamId) -> Result<(Option<Tid>, bool)> {
+    let state = g.param(w);
+    if state.cast_bytes == 0 {
+        return Ok((None, false));
+    }
+    if state.trains {
+        return Ok((g.weight_for_matmul(w)?, false));
+    }
+    let bytes = state.cast_bytes;
+    Ok((Some(g.alloc(bytes)?), true))
+}
+
+fn release(g: &mut Graph, copy: (Option<Tid>, bool)) {
+    if let (Some(t), true) = copy {
+        g.drop(t);
+    }
+}
+
+fn next_power_of_two(n: u64) -> u64 {
+    n.checked_next_power_of_two().unwrap_or(n)
 }

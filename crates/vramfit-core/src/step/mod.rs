@@ -19,7 +19,7 @@ use crate::device::Device;
 use crate::estimate::ModelStates;
 use crate::graph::{Boundary, Checkpoint, Graph};
 use crate::model::ModelSpec;
-use crate::setup::{Checkpointing, TrainSetup, TrainingLoop, ZeroGrad};
+use crate::setup::{TrainSetup, TrainingLoop, ZeroGrad};
 use crate::timeline::Phase;
 use crate::timeline::{ByComponent, Component, StreamObserver, Tid, Timeline};
 use crate::units::{Bytes, DType, Overflow};
@@ -98,10 +98,9 @@ fn forward(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<(Tensor, Vec<Ti
     let s = cx.spec;
     let mut x = embed(g, cx, m)?;
     let shared = layer_inputs(g, cx)?;
-    let checkpoint = cx.setup.checkpointing == Checkpointing::Full;
     for layer in 0..s.n_layers as usize {
         g.begin_layer(layer);
-        let y = if checkpoint {
+        let y = if cx.setup.checkpointing.checkpoints_layer(layer as u64) {
             g.saving = false;
             let mark = g.mark();
             let y = layer_forward(g, cx, m, x, layer)?;
@@ -131,7 +130,7 @@ fn forward(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<(Tensor, Vec<Ti
     g.tl.set_phase(Phase::Loss);
     let (loss, logits) = head_and_loss(g, cx, m, h)?;
     let mut outputs = std::mem::take(&mut g.outputs);
-    outputs.push(logits.id);
+    outputs.extend(logits.map(|l| l.id));
     g.tl.retain(loss.id);
     outputs.push(loss.id);
     Ok((loss, outputs, h.id))
@@ -295,13 +294,7 @@ fn simulate_micro_batches(
     for &bytes in device.workspaces {
         g.tl.alloc(Component::Workspace, bytes)?;
     }
-    let stepped = g
-        .params
-        .iter()
-        .filter(|p| p.trains)
-        .map(|p| crate::optim::Stepped { numel: p.numel, matrix: p.matrix, dtype: p.dtype })
-        .collect();
-    let mut opt = crate::optim::OptimizerRun::new(setup, stepped, device.step_counters_on_device)?;
+    let mut opt = optimizer_run(&g, setup, device)?;
     let model_states = model_states(&g, &opt)?;
     // The steady state: the optimizer state exists before the forward (the previous step
     // created it). The first iteration of a run is the same stream without that state, and
@@ -375,6 +368,39 @@ fn kept_sizes(
         .chain(outputs)
         .map(|t| (g.tl.bytes_of(t), Component::Temporaries))
         .collect())
+}
+
+/// The optimizer over the parameters that train.
+fn optimizer_run(
+    g: &Graph,
+    setup: &TrainSetup,
+    device: &Device,
+) -> Result<crate::optim::OptimizerRun> {
+    let stepped = g
+        .params
+        .iter()
+        .filter(|p| p.trains)
+        .map(|p| crate::optim::Stepped { numel: p.numel, matrix: p.matrix, dtype: p.dtype })
+        .collect();
+    crate::optim::OptimizerRun::new(setup, stepped, device.step_counters_on_device)
+}
+
+/// The model states of a setup without simulating its step: what is alive when
+/// `optimizer.step()` starts (every parameter, every gradient, the optimizer state on the
+/// device), so a lower bound of the step's peak (with the device's workspaces).
+///
+/// Also returns a paged optimizer's state in managed memory (outside the model states).
+pub(crate) fn model_states_only(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    device: &Device,
+) -> Result<(ModelStates, u64)> {
+    let layout = spec.parameter_layout();
+    let cx = Context::new(spec, setup, device)?;
+    let mut g = Graph::new(Timeline::new(device.allocation_granularity, Vec::new()));
+    build_model(&mut g, &cx, &layout)?;
+    let opt = optimizer_run(&g, setup, device)?;
+    Ok((model_states(&g, &opt)?, opt.paged_state()?))
 }
 
 /// Parameters, gradients and optimizer state as the step holds them: every parameter's
@@ -505,7 +531,8 @@ mod tests {
             precision in prop::sample::select(Precision::ALL.to_vec()),
             optimizer in prop::sample::select(Optimizer::ALL.to_vec()),
             attention in prop::sample::select(crate::setup::Attention::ALL.to_vec()),
-            full in any::<bool>(),
+            checkpointing in prop::sample::select(vec![Checkpointing::None, Checkpointing::Full, Checkpointing::Every(2)]),
+            loss in prop::sample::select(crate::setup::LossKernel::ALL.to_vec()),
             accum in 1u64..3,
             cpu in any::<bool>(),
             training_loop in prop::sample::select(TrainingLoop::ALL.to_vec()),
@@ -520,11 +547,12 @@ mod tests {
                 precision,
                 optimizer,
                 attention,
-                checkpointing: if full { Checkpointing::Full } else { Checkpointing::None },
+                checkpointing,
                 grad_accum: accum,
                 training_loop,
                 zero_grad,
                 use_cache: Some(use_cache),
+                loss,
                 ..TrainSetup::default()
             };
             let device = if cpu { Device::CPU_ORACLE } else { Device::CUDA };
@@ -636,6 +664,114 @@ mod tests {
         let forward =
             |r: &super::StepResult| r.phase_peaks[0] - r.model_states.optimizer_state.get();
         assert!(forward(&all) > forward(&frozen) + (100 << 20));
+    }
+
+    /// The largest single allocation of each phase.
+    #[derive(Default)]
+    struct Largest([u64; 4]);
+
+    impl StreamObserver for Largest {
+        fn observe(&mut self, event: StreamEvent, state: StreamState<'_>) {
+            if let StreamEvent::Alloc { bytes, .. } = event {
+                let i = state.phase as usize;
+                self.0[i] = self.0[i].max(bytes);
+            }
+        }
+    }
+
+    /// The fused, chunked loss never makes the `tokens × vocabulary` logits, for any
+    /// precision; it lowers the loss's peak for a 128k vocabulary, and micro-batches after the
+    /// second still repeat it.
+    #[test]
+    fn the_chunked_loss_never_makes_the_logits() {
+        let spec = spec("llama-3.2-1b");
+        let layout = spec.parameter_layout();
+        for precision in Precision::ALL {
+            let base = TrainSetup {
+                micro_batch: 4,
+                seq_len: 4096,
+                precision,
+                grad_accum: 3,
+                ..TrainSetup::default()
+            };
+            let chunked = TrainSetup { loss: crate::setup::LossKernel::Chunked, ..base.clone() };
+            // The logits in 16 bits: 16384 tokens × 128256, 4.2 GB (the output weight and its
+            // fp32 gradient, 128256 × 2048, are 1.05 GB).
+            let logits = 4 * 4096 * spec.vocab_size * 2;
+            let mut largest = Largest::default();
+            let two = simulate_micro_batches(
+                &spec,
+                &layout,
+                &chunked,
+                &Device::CUDA,
+                vec![&mut largest],
+                2,
+            )
+            .unwrap();
+            assert!(largest.0[Phase::Loss as usize] < logits / 2, "{precision}: {:?}", largest.0);
+            assert!(
+                largest.0[Phase::Backward as usize] < logits / 2,
+                "{precision}: {:?}",
+                largest.0
+            );
+            let standard = run(&spec, &layout, &base, &Device::CUDA, 2);
+            assert!(two.phase_peaks[1] < standard.phase_peaks[1], "{precision}");
+            assert_eq!(two, run(&spec, &layout, &chunked, &Device::CUDA, 3), "{precision}");
+        }
+    }
+
+    /// What autograd holds when the forward has left the last layer (the first `Loss` phase
+    /// event): the activations' bytes.
+    #[derive(Default)]
+    struct SavedAfterForward(Option<u64>);
+
+    impl StreamObserver for SavedAfterForward {
+        fn observe(&mut self, event: StreamEvent, state: StreamState<'_>) {
+            if matches!(event, StreamEvent::Phase(Phase::Loss)) && self.0.is_none() {
+                self.0 = Some(state.live[Component::Activations as usize]);
+            }
+        }
+    }
+
+    /// Every-n-th-layer checkpointing is checkpointing layer by layer, by construction: with
+    /// n = 1 it is the full mode's stream, and after the forward each checkpointed layer holds
+    /// what a layer holds under full checkpointing while every other layer holds what it holds
+    /// without checkpointing. (All layers of a model are alike, so the saved bytes are a
+    /// straight line in the number of checkpointed layers.)
+    #[test]
+    fn every_nth_layer_checkpointing_is_per_layer_checkpointing() {
+        for name in ["qwen3-0.6b", "gpt2", "gemma-2-2b"] {
+            let spec = spec(name);
+            let layout = spec.parameter_layout();
+            let base = TrainSetup { micro_batch: 2, seq_len: 256, ..TrainSetup::default() };
+            let with = |c| {
+                let setup = TrainSetup { checkpointing: c, ..base.clone() };
+                let mut saved = SavedAfterForward::default();
+                let step = simulate_micro_batches(
+                    &spec,
+                    &layout,
+                    &setup,
+                    &Device::CUDA,
+                    vec![&mut saved],
+                    1,
+                )
+                .unwrap();
+                (step, saved.0.unwrap())
+            };
+            assert_eq!(with(Checkpointing::Every(1)).0, with(Checkpointing::Full).0, "{name}");
+            let layers = spec.n_layers;
+            let (none, full) = (with(Checkpointing::None).1, with(Checkpointing::Full).1);
+            assert_eq!((none - full) % layers, 0, "{name}: layers alike");
+            let per_layer = (none - full) / layers;
+            for n in [2, 3, 5, 1 << 10] {
+                let checkpointed = Checkpointing::Every(n).checkpointed_layers(layers);
+                assert_eq!(
+                    with(Checkpointing::Every(n)).1,
+                    none - per_layer * checkpointed,
+                    "{name} every-{n}"
+                );
+            }
+        }
     }
 
     /// The storages alive the first time the total reaches `target`, with their component

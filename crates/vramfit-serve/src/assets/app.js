@@ -1,5 +1,5 @@
 // vramfit serve: the page's behaviour. Every figure comes from the JSON API, whose bodies are
-// `vramfit estimate|doctor|lint --format json`; the timeline is `vramfit estimate --svg`.
+// `vramfit estimate|plan|doctor|lint --format json`; the timeline is `vramfit estimate --svg`.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -69,6 +69,7 @@ function request() {
     attention: $("attention").value,
     checkpointing: $("checkpointing").value,
     grad_accum: whole("grad-accum"),
+    loss: $("loss").value,
     gpu: $("gpu").value === "custom" ? $("capacity").value : $("gpu").value,
   };
   if (config) body.config = config; else body.model = $("model").value;
@@ -207,6 +208,41 @@ function diagnosisBox(d) {
     ...(d.remedies && d.remedies.length ? [el("p", {}, "Remedies, cheapest first:"), remedies] : []));
 }
 
+// The planner's JSON (`vramfit plan --format json`): the plans, or the closest misses, and
+// every single change.
+async function plan() {
+  const out = $("plan-output");
+  const body = request();
+  const global = whole("global-batch");
+  if (global !== "") body.global_batch = global;
+  if ($("allow-lora").checked) body.allow = ["lora"];
+  out.replaceChildren(el("p", {}, "Planning…"));
+  document.body.dataset.planning = "true";
+  const answer = await post("/api/plan", body);
+  document.body.dataset.planning = "false";
+  if (!answer.ok) {
+    out.replaceChildren(el("p", { class: "error", role: "alert" }, errorText(answer.payload)));
+    return;
+  }
+  const p = answer.payload;
+  const fits = p.plans.length > 0;
+  const rows = fits ? p.plans : p.closest;
+  const changes = (plan) => plan.changes.filter((c) => c.lever !== "micro-batch").map((c) => `${c.lever}: ${c.to}`).join(", ") || "accumulation only";
+  const table = el("table", { id: "plans" },
+    el("caption", {}, fits ? `Plans, cheapest first (${p.candidates} setups searched)` : `Nothing fits; the closest setups (${p.candidates} searched)`),
+    el("thead", {}, el("tr", {}, ...["#", "step time", "micro × accum", "device use", fits ? "headroom" : "over", "changes"].map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, ...rows.map((r, i) => el("tr", { "data-rank": String(i + 1) },
+      el("td", {}, String(i + 1)),
+      el("td", {}, r.relative_step_time.toFixed(2) + "×"),
+      el("td", {}, `${r.micro_batch} × ${r.grad_accum} = ${r.global_batch}`),
+      el("td", { class: "bytes", "data-bytes": String(r.device_used_bytes) }, bytes(r.device_used_bytes)),
+      el("td", { class: "bytes" }, bytes(fits ? r.headroom_bytes : -r.headroom_bytes)),
+      el("td", { class: "changes" }, changes(r))))));
+  const remedies = el("ul", { id: "remedies" }, ...p.remedies.map((r) =>
+    el("li", {}, `${r.change.lever} ${r.change.from} → ${r.change.to}: ${r.relative_step_time.toFixed(2)}× step time, saves ${bytes(r.saves_bytes)}${r.fits ? ", fits" : ""}`)));
+  out.replaceChildren(table, el("h3", {}, "Every single change, cheapest first"), remedies);
+}
+
 async function lint() {
   const out = $("lint-output");
   const answer = await post("/api/lint", { source: $("lint-input").value });
@@ -233,6 +269,7 @@ async function start() {
   fill($("optimizer-impl"), options.optimizer_impls, options.defaults.optimizer_impl);
   fill($("attention"), options.attentions, options.defaults.attention);
   fill($("checkpointing"), options.checkpointing, options.defaults.checkpointing);
+  fill($("loss"), options.losses, options.defaults.loss);
 
   $("setup").addEventListener("input", schedule);
   $("setup").addEventListener("change", schedule);
@@ -250,6 +287,7 @@ async function start() {
   });
   $("doctor-run").addEventListener("click", diagnose);
   $("lint-run").addEventListener("click", lint);
+  $("plan-run").addEventListener("click", plan);
   document.body.dataset.ready = "true";
   update();
 }

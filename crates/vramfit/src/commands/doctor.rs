@@ -81,6 +81,10 @@ pub enum Analysis {
         input: String,
         #[serde(flatten)]
         report: Report,
+        /// With `--model`, when a message says the step is short of memory: the plans for
+        /// this run, as `vramfit plan --format json` gives them.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        plan: Option<Box<PlanJson>>,
     },
     Stats {
         input: String,
@@ -94,6 +98,19 @@ pub enum Analysis {
         report: SnapshotReport,
         diagnoses: Vec<Diagnosis>,
     },
+}
+
+/// A plan report in JSON (`vramfit plan --format json`), with the report for the text.
+#[derive(Debug)]
+pub struct PlanJson {
+    value: serde_json::Value,
+    text: Vec<u8>,
+}
+
+impl Serialize for PlanJson {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.value.serialize(s)
+    }
 }
 
 /// `--format json`: one shape for one input or many (`docs/schema/doctor.schema.json`).
@@ -116,7 +133,11 @@ pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
     let hints = SizeHints { gpu_capacity: gpu_capacity(&args.setup)?, ..SizeHints::default() };
     let mut analyses = Vec::with_capacity(inputs.len());
     for path in &inputs {
-        analyses.push(analyse(path, &args, &hints, prediction.as_ref())?);
+        let mut analysis = analyse(path, &args, &hints, prediction.as_ref())?;
+        if prediction.is_some() {
+            attach_plan(&mut analysis, &args.setup)?;
+        }
+        analyses.push(analysis);
     }
     if let Some(svg_path) = &args.svg {
         let Some(report) = analyses.iter().rev().find_map(|a| match a {
@@ -146,7 +167,13 @@ pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
                     writeln!(out, "== {}", name_of(analysis))?;
                 }
                 match analysis {
-                    Analysis::Log { report, .. } => text::write_report(&mut out, report)?,
+                    Analysis::Log { report, plan, .. } => {
+                        text::write_report(&mut out, report)?;
+                        if let Some(plan) = plan {
+                            writeln!(out)?;
+                            out.write_all(&plan.text)?;
+                        }
+                    }
                     Analysis::Stats { source, stats, diagnoses, .. } => {
                         text::write_stats(&mut out, source, stats, diagnoses)?;
                     }
@@ -163,6 +190,44 @@ pub fn run(args: DoctorArgs) -> Result<Outcome, Failure> {
     }
     out.flush()?;
     Ok(if analyses.iter().any(diagnosed) { Outcome::Success } else { Outcome::Negative })
+}
+
+/// When a message of a log says the step is short of memory and the model is known, the
+/// planner ranks the changes for this run (on `--gpu`, or the card the message reports):
+/// the diagnosis keeps its non-training remedies, and the plans replace the generic list of
+/// training changes.
+fn attach_plan(analysis: &mut Analysis, setup: &SetupArgs) -> Result<(), Failure> {
+    let Analysis::Log { report, plan, .. } = analysis else { return Ok(()) };
+    let Some(finding) =
+        report.messages.iter().find(|f| f.diagnoses.iter().any(|d| d.plan_request.is_some()))
+    else {
+        return Ok(());
+    };
+    let gpu = match setup.gpu()? {
+        Some(gpu) => gpu,
+        None => match finding.message.total_bytes {
+            Some(total) => vramfit_core::gpu::GpuChoice::Capacity(vramfit_core::Bytes(total.0)),
+            None => return Ok(()),
+        },
+    };
+    let source = setup.model_source()?;
+    if matches!(source, ModelSource::Parameters(_)) {
+        return Ok(());
+    }
+    let search = super::plan::SearchArgs { top: 5, ..super::plan::SearchArgs::default() };
+    let planned = super::plan::compute(setup, source, Some(gpu), &search)?;
+    let mut text = Vec::new();
+    super::plan::text::render_for_doctor(&mut text, &planned)?;
+    let value = super::plan::json::value(&planned);
+    for finding in &mut report.messages {
+        for d in &mut finding.diagnoses {
+            if d.plan_request.is_some() {
+                d.remedies.retain(|r| r.planner_knob().is_none());
+            }
+        }
+    }
+    *plan = Some(Box::new(PlanJson { value, text }));
+    Ok(())
 }
 
 /// Whether an input got a diagnosis: anything but "the message is too short to say".
@@ -425,7 +490,7 @@ fn analyse_content(
                         "pass the whole error text or log, a torch.cuda.memory_summary() table, torch.cuda.memory_stats() as JSON, or a snapshot from torch.cuda.memory._dump_snapshot()",
                     )
                 })?;
-            Ok(Analysis::Log { input: name, report })
+            Ok(Analysis::Log { input: name, report, plan: None })
         }
     }
 }

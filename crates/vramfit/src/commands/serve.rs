@@ -5,10 +5,10 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use clap::{Args, FromArgMatches};
+use clap::FromArgMatches;
 use serde_json::{Map, Value, json};
 use vramfit_core::{
-    Attention, Checkpointing, Component, Optimizer, OptimizerImpl, Phase, Precision,
+    Attention, Checkpointing, Component, LossKernel, Optimizer, OptimizerImpl, Phase, Precision,
 };
 use vramfit_serve::{Api, Reply, Route, Server};
 
@@ -69,6 +69,13 @@ impl Api for WebApi {
             Err(failure) => return error(&failure),
         };
         let names = |names: &mut dyn Iterator<Item = &'static str>| names.collect::<Vec<_>>();
+        let checkpointing = [
+            Checkpointing::None,
+            Checkpointing::Every(4),
+            Checkpointing::Every(2),
+            Checkpointing::Full,
+        ]
+        .map(|c| c.to_string());
         let body = json!({
             "models": vramfit_core::catalog::names(),
             "gpus": vramfit_core::gpu::catalog()
@@ -79,7 +86,8 @@ impl Api for WebApi {
             "optimizers": names(&mut Optimizer::ALL.iter().map(|o| o.name())),
             "optimizer_impls": names(&mut OptimizerImpl::ALL.iter().map(|o| o.name())),
             "attentions": names(&mut Attention::ALL.iter().map(|a| a.name())),
-            "checkpointing": names(&mut Checkpointing::ALL.iter().map(|c| c.name())),
+            "checkpointing": checkpointing,
+            "losses": names(&mut LossKernel::ALL.iter().map(|l| l.name())),
             "components": Component::ALL
                 .iter()
                 .zip(estimate::svg::COLOURS)
@@ -94,6 +102,7 @@ impl Api for WebApi {
                 "optimizer_impl": defaults.optimizer_impl,
                 "attention": defaults.attention,
                 "checkpointing": defaults.checkpointing,
+                "loss": defaults.loss,
             },
         });
         Reply::json(serde_json::to_vec_pretty(&body).unwrap_or_default())
@@ -110,6 +119,8 @@ impl Api for WebApi {
                 let analysis = doctor::analyse_text(PASTED_TEXT, &text)?;
                 Ok(doctor::write_json(&mut out, std::slice::from_ref(&analysis))?)
             }),
+            Route::Plan => plan_report(body)
+                .and_then(|report| Ok(super::plan::json::render(&mut out, &report)?)),
             Route::Lint => text_field(body, "source", &["filename"]).and_then(|source| {
                 let filename = match body.get("filename") {
                     None | Some(Value::Null) => PASTED_SCRIPT.to_owned(),
@@ -153,10 +164,34 @@ fn text_field(body: &Map<String, Value>, name: &str, also: &[&str]) -> Result<St
     }
 }
 
+/// `plan`'s flags as the API takes them: the setup and the search.
+#[derive(Debug, clap::Args)]
+struct PlanFields {
+    #[command(flatten)]
+    setup: SetupArgs,
+    #[command(flatten)]
+    search: super::plan::SearchArgs,
+}
+
+/// Runs the planner on a request: the model as for the estimate, the setup and the search
+/// (`global_batch`, `keep`, `forbid`, `allow`, `top`) as `plan`'s flags.
+fn plan_report(body: &Map<String, Value>) -> Result<super::plan::PlanReport, Failure> {
+    let fields: PlanFields = parse_fields(body, "plan")?;
+    let source = model_source(body, &fields.setup)?;
+    let gpu = fields.setup.gpu()?;
+    super::plan::compute(&fields.setup, source, gpu, &fields.search)
+}
+
 /// Runs the estimate of a request: the model from `model` (a built-in name) or `config`
 /// (`{"name": ..., "text": ...}`, a dropped config.json), the rest as `estimate`'s flags.
 fn estimate_report(body: &Map<String, Value>, chart: bool) -> Result<estimate::Report, Failure> {
     let setup = parse_setup(body)?;
+    let source = model_source(body, &setup)?;
+    estimate::compute_with(&setup, source, chart)
+}
+
+/// The model of a request: `model` (a built-in name) or `config` (a dropped config.json).
+fn model_source(body: &Map<String, Value>, setup: &SetupArgs) -> Result<ModelSource, Failure> {
     let source = match (body.get("model"), body.get("config")) {
         (Some(_), Some(_)) => {
             return Err(Failure::with_hint(
@@ -182,14 +217,23 @@ fn estimate_report(body: &Map<String, Value>, chart: bool) -> Result<estimate::R
         }
         (None, None) => setup.model_source()?,
     };
-    estimate::compute_with(&setup, source, chart)
+    Ok(source)
 }
 
 /// `estimate`'s setup flags from a request's fields (`seq_len` is `--seq-len`), parsed by the
 /// same clap definition as the command line, so defaults and errors are the CLI's. `model` and
 /// `config` are left to the caller: the server never reads a path or the Hub.
 fn parse_setup(body: &Map<String, Value>) -> Result<SetupArgs, Failure> {
-    let command = SetupArgs::augment_args(clap::Command::new("estimate").no_binary_name(true));
+    parse_fields(body, "estimate")
+}
+
+/// A command's flags from a request's fields, parsed by their clap definition; a list is
+/// the flag's comma-separated values.
+fn parse_fields<T: clap::Args + FromArgMatches>(
+    body: &Map<String, Value>,
+    name: &'static str,
+) -> Result<T, Failure> {
+    let command = T::augment_args(clap::Command::new(name).no_binary_name(true));
     let longs: Vec<String> = command
         .get_arguments()
         .filter_map(|a| a.get_long().map(str::to_owned))
@@ -212,12 +256,15 @@ fn parse_setup(body: &Map<String, Value>) -> Result<SetupArgs, Failure> {
             Value::String(text) => text.clone(),
             Value::Number(n) => n.to_string(),
             Value::Null => continue,
+            Value::Array(items) if items.iter().all(Value::is_string) => {
+                items.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(",")
+            }
             _ => return Err(bad_field(key, "a string or a number")),
         };
         argv.push(format!("--{flag}={text}"));
     }
     let matches = command.try_get_matches_from(argv).map_err(|e| field_error(&e))?;
-    SetupArgs::from_arg_matches(&matches).map_err(|e| field_error(&e))
+    T::from_arg_matches(&matches).map_err(|e| field_error(&e))
 }
 
 /// clap's error about a flag, said about the request's field.
@@ -286,7 +333,7 @@ mod tests {
         );
         check(
             json!({"bacth": 4}),
-            "error: unknown field `bacth`\nhint: the fields are model, config, params, batch, seq_len, precision, optimizer, optimizer_state_dtype, optimizer_impl, attention, checkpointing, grad_accum, gpu, freeze, lora_rank, lora_alpha, lora_targets, lora_dropout, modules_to_save, cuda_context, alloc_conf, margin, loop, zero_grad, use_cache, target, cuda_version",
+            "error: unknown field `bacth`\nhint: the fields are model, config, params, batch, seq_len, precision, optimizer, optimizer_state_dtype, optimizer_impl, attention, checkpointing, grad_accum, gpu, freeze, lora_rank, lora_alpha, lora_targets, lora_dropout, modules_to_save, cuda_context, alloc_conf, margin, loop, zero_grad, use_cache, target, cuda_version, loss",
         );
         check(
             json!({"batch": [4]}),

@@ -505,6 +505,30 @@ fn the_page_in_a_real_browser() {
     browser.run("document.getElementById('doctor').scrollIntoView();", &[]);
     browser.screenshot("laptop-doctor-lint.png");
 
+    // Planning the step on the page: the plans, as the API (and `vramfit plan`) gives them.
+    browser.run("document.getElementById('plan').scrollIntoView();", &[]);
+    browser.click("#allow-lora");
+    browser.click("#plan-run");
+    let rows = browser.wait_for(
+        "document.body.dataset.planning === 'false' && document.querySelectorAll('#plans tbody tr').length",
+        "the plans",
+    );
+    let api = post(
+        served.addr,
+        "/api/plan",
+        &with(&base, json!({"batch": 4, "seq_len": 2049, "loss": "standard", "allow": ["lora"]})),
+    )
+    .json();
+    let plans = api["plans"].as_array().unwrap();
+    assert!(!plans.is_empty(), "{api}");
+    assert_eq!(rows.as_u64(), Some(plans.len() as u64));
+    let first = browser
+        .run("return document.querySelector('#plans tbody tr td.bytes').dataset.bytes;", &[]);
+    assert_eq!(first, plans[0]["device_used_bytes"].to_string());
+    let remedies = browser.run("return document.querySelectorAll('#remedies li').length;", &[]);
+    assert_eq!(remedies.as_u64(), Some(api["remedies"].as_array().unwrap().len() as u64));
+    browser.screenshot("laptop-plan.png");
+
     // A phone's width: nothing wider than the screen.
     browser.call("POST", "/window/rect", &json!({"width": 390, "height": 844}));
     browser.run("window.scrollTo(0, 0);", &[]);

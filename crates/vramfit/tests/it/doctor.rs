@@ -186,3 +186,45 @@ fn a_snapshot_read_on_a_pipe_shows_no_progress() {
         assert!(output.stderr.is_empty(), "{}", String::from_utf8_lossy(&output.stderr));
     }
 }
+
+/// The forum thread as the user ran it (GPT-2 in fp32, AdamW, eager attention, 16 × 512 on
+/// an RTX 3080): the estimate agrees the step does not fit, and the plans for that run take
+/// the place of the generic list of training changes.
+#[test]
+fn the_forum_thread_ranks_the_plans_for_that_run() {
+    assert_cmd_snapshot!(
+        doctor()
+            .args([
+                "--model",
+                "gpt2",
+                "--batch",
+                "16",
+                "--seq-len",
+                "512",
+                "--precision",
+                "fp32",
+                "--attention",
+                "eager",
+                "--gpu",
+                "rtx-3080",
+            ])
+            .pass_stdin("RuntimeError: CUDA out of memory. Tried to allocate 2.50 GiB\n")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let message = dir.path().join("crash.log");
+    std::fs::write(&message, "RuntimeError: CUDA out of memory. Tried to allocate 2.50 GiB\n")
+        .unwrap();
+    let output = doctor()
+        .args(["--format", "json", "--model", "gpt2", "-b", "16", "-s", "512"])
+        .args(["--precision", "fp32", "--attention", "eager", "--gpu", "rtx-3080"])
+        .arg(&message)
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let plan = &json["inputs"][0]["plan"];
+    assert!(!plan["plans"].as_array().unwrap().is_empty());
+    let first = &json["inputs"][0]["messages"][0]["diagnoses"][0];
+    let remedies: Vec<&str> =
+        first["remedies"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+    assert!(!remedies.contains(&"activation_checkpointing"), "{remedies:?}");
+}

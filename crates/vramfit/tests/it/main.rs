@@ -8,5 +8,6 @@ mod http;
 mod lint;
 mod measure;
 mod peft;
+mod plan;
 mod schema;
 mod serve;

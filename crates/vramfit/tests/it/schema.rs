@@ -254,9 +254,9 @@ fn doctor_schema() {
     }
     check_schema(
         "doctor",
-        "The analyses of the inputs, one per input in the order given (an array for one input too). Known gap: a diagnosis's evidence values are display strings.",
+        "The analyses of the inputs, one per input in the order given (an array for one input too). With --model, a log whose message says the step is short of memory has `plan`: the object `vramfit plan --format json` prints (plan.schema.json). Known gap: a diagnosis's evidence values are display strings.",
         &[all, one, predicted],
-        &[],
+        &["/inputs[]/plan"],
     );
 }
 
@@ -326,5 +326,66 @@ fn measure_schema() {
         "A measured (or replayed) run: peaks per device and process, the probe's figures, the estimate beside them; null where not computed. The timeline is filled in the file --out FILE.json writes and null on stdout. probe.setup is what the probe recorded, free-form.",
         &[bare, full, params, with_timeline],
         &["/probe/setup"],
+    );
+}
+
+#[test]
+fn plan_schema() {
+    let fixtures = root().join("crates/vramfit/tests/it/fixtures");
+    let forum = [
+        "--model",
+        "gpt2",
+        "--gpu",
+        "rtx-3080",
+        "-b",
+        "16",
+        "-s",
+        "512",
+        "--precision",
+        "fp32",
+        "--attention",
+        "eager",
+    ];
+    let invocations: [(&Path, Vec<&str>); 4] = [
+        (&fixtures, forum.to_vec()),
+        (
+            &fixtures,
+            vec!["--model", "llama-3.1-405b/config.json", "--gpu", "rtx-3080", "-s", "2048"],
+        ),
+        (
+            &fixtures,
+            vec![
+                "--model",
+                "llama-3.2-1b",
+                "--gpu",
+                "rtx-4090",
+                "-b",
+                "8",
+                "-s",
+                "2048",
+                "--allow",
+                "lora",
+            ],
+        ),
+        (&fixtures, vec!["--model", "gpt2", "--gpu", "a100-80gb", "-b", "2", "--grad-accum", "8"]),
+    ];
+    let outputs: Vec<Value> = invocations
+        .iter()
+        .map(|(dir, args)| run_json(dir, &[&["plan", "--format", "json"], &args[..]].concat()))
+        .collect();
+    let top = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<BTreeSet<_>>();
+    for output in &outputs {
+        assert_eq!(top(output), top(&outputs[0]));
+        let mut sizes = Vec::new();
+        display_sizes(output, "", &mut sizes);
+        assert!(sizes.is_empty(), "{sizes:?}");
+    }
+    assert!(outputs[1]["plans"].as_array().unwrap().is_empty());
+    assert!(!outputs[1]["requirement"].is_null());
+    check_schema(
+        "plan",
+        "The plans for a run, cheapest first (each with its changes, micro-batch, accumulation, the numbers of its full estimate and its cost), the closest setups and what it would take when none fits, every single change with the memory it saves, and how many candidate setups were searched.",
+        &outputs,
+        &[],
     );
 }

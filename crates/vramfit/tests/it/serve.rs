@@ -482,3 +482,41 @@ fn deep_and_long_input_is_answered() {
     assert!(served.alive());
     assert_eq!(post(served.addr, "/api/lint", &json!({"source": "x = 1\n"})).status, 200);
 }
+
+#[test]
+fn plan_body_is_the_cli_json() {
+    let served = Served::start();
+    let request = json!({"model": "gpt2", "batch": 16, "seq_len": 512, "precision": "fp32",
+        "attention": "eager", "gpu": "rtx-3080", "forbid": ["adafactor", "paged-adamw-8bit"], "top": 3});
+    let response = post(served.addr, "/api/plan", &request);
+    assert_eq!(response.status, 200, "{}", response.text());
+    let cli = cli_json(
+        manifest_dir(),
+        &[
+            "plan",
+            "--model",
+            "gpt2",
+            "--batch",
+            "16",
+            "--seq-len",
+            "512",
+            "--precision",
+            "fp32",
+            "--attention",
+            "eager",
+            "--gpu",
+            "rtx-3080",
+            "--forbid",
+            "adafactor,paged-adamw-8bit",
+            "--top",
+            "3",
+        ],
+    );
+    assert_eq!(response.json(), cli);
+    assert_eq!(cli["plans"].as_array().unwrap().len(), 3);
+    // The planner needs a GPU: the CLI's error and hint, as a 400.
+    let refused = post(served.addr, "/api/plan", &json!({"model": "gpt2"}));
+    assert_eq!(refused.status, 400);
+    assert_eq!(refused.json()["error"], "plan needs a GPU");
+    assert!(refused.json()["hint"].as_str().unwrap().contains("--gpu"));
+}

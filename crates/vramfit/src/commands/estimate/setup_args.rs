@@ -7,8 +7,8 @@ use vramfit_core::gpu::{self, GpuChoice};
 use vramfit_core::overhead::{self, ContextBasis, ModuleLoading};
 use vramfit_core::units::{parse_count, parse_size};
 use vramfit_core::{
-    Attention, Bytes, Checkpointing, DType, Freeze, Lora, LoraTargets, ModelSpec, Optimizer,
-    OptimizerImpl, Precision, TrainSetup, TrainingLoop, ZeroGrad, catalog,
+    Attention, Bytes, Checkpointing, DType, Freeze, Lora, LoraTargets, LossKernel, ModelSpec,
+    Optimizer, OptimizerImpl, Precision, TrainSetup, TrainingLoop, ZeroGrad, catalog,
 };
 use vramfit_hub::{HubEnv, HubRemote, RepoId};
 
@@ -57,7 +57,8 @@ pub struct SetupArgs {
     #[arg(long, default_value = "sdpa", value_name = "KIND")]
     pub attention: String,
 
-    /// Activation checkpointing per decoder layer: none, full.
+    /// Activation checkpointing per decoder layer: none, full, every-N (every N-th layer,
+    /// transformers' every_n_layers).
     #[arg(long, default_value = "none", value_name = "MODE")]
     pub checkpointing: String,
 
@@ -134,6 +135,11 @@ pub struct SetupArgs {
     /// sets CUDA_MODULE_LOADING=EAGER).
     #[arg(long, value_name = "X.Y")]
     pub cuda_version: Option<String>,
+
+    /// The loss: standard (the whole logits, then cross-entropy) or chunked (a fused, chunked
+    /// linear + cross-entropy that never makes the logits: Liger Kernel's).
+    #[arg(long, default_value = "standard", value_name = "KIND")]
+    pub loss: String,
 }
 
 /// What `--target` names.
@@ -221,6 +227,7 @@ impl SetupArgs {
                 )
             })?,
             use_cache: self.use_cache()?,
+            loss: self.loss.parse::<LossKernel>().map_err(parse_err)?,
         })
     }
 

@@ -33,8 +33,12 @@ pub(crate) fn setup_line(setup: &TrainSetup) -> String {
     } else {
         String::new()
     };
+    let loss = match setup.loss {
+        vramfit_core::LossKernel::Standard => "",
+        vramfit_core::LossKernel::Chunked => " · chunked cross-entropy",
+    };
     format!(
-        "batch {} × {} tokens · {} · {}{} · {} attention · checkpointing {}{}{}",
+        "batch {} × {} tokens · {} · {}{} · {} attention · checkpointing {}{}{}{loss}",
         setup.micro_batch,
         setup.seq_len,
         setup.precision,

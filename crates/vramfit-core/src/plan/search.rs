@@ -1,0 +1,703 @@
+//! The search behind [`plan`]: configurations of the levers × the micro-batches that make the
+//! global batch, cheapest first, each decided by the whole-card verdict on a full estimate.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use super::cost::{self, ModelFacts, Rates};
+use super::lever::{self, Config, Lever, LeverContext, Setting};
+use super::{
+    Baseline, Change, Plan, PlanError, PlanOutcome, PlanRequest, Requirement, SearchStats,
+};
+use crate::card::{self, CardBudget, CardVerdict};
+use crate::device::Device;
+use crate::estimate::{Estimate, MAX_GRAD_ACCUM, MAX_MICRO_BATCH, estimate_on};
+use crate::setup::{Lora, TrainSetup};
+use crate::units::Bytes;
+
+/// Costs within this relative distance are equal.
+const EPS: f64 = 1e-9;
+
+/// Reserved-but-unallocated memory worth `expandable_segments` as a change: 2 % of the card's
+/// usable memory at the user's own setup.
+const FRAGMENTATION_WORTH_PERCENT: u64 = 2;
+
+/// How many of the closest misses to report when nothing fits.
+const CLOSEST: usize = 3;
+
+/// Searches the setups that keep the global batch and sequence length for those that fit.
+pub fn plan(req: &PlanRequest<'_>) -> Result<PlanOutcome, PlanError> {
+    let mut search = Search::new(req)?;
+    let configs = search.configurations()?;
+    search.run(configs)
+}
+
+/// One lever configuration that survived the model-states bound.
+struct Survivor {
+    config: Config,
+    optimistic: f64,
+    changes: usize,
+    /// How many of the micro-batches (the smallest ones) the lower bound lets through.
+    limit: usize,
+}
+
+/// A configuration in the best-first queue, by its cost bound.
+#[derive(Debug, Clone, Copy)]
+struct Queued {
+    bound: f64,
+    changes: usize,
+    id: usize,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+
+impl Eq for Queued {}
+
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Queued {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.bound
+            .total_cmp(&other.bound)
+            .then(self.changes.cmp(&other.changes))
+            .then(self.id.cmp(&other.id))
+    }
+}
+
+/// A configuration's progress: the micro-batches it simulated, and once its allocated peak
+/// was searched, the largest micro-batch that passed.
+struct Entry {
+    config: Config,
+    touched: Vec<bool>,
+    top: Option<usize>,
+}
+
+/// What the model states depend on: the levers that decide parameters, gradients and
+/// optimizer state (not the micro-batch, attention, checkpointing, loss or allocator).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct StatesKey {
+    precision: crate::setup::Precision,
+    optimizer: crate::setup::Optimizer,
+    state_dtype: Option<crate::units::DType>,
+    lora: Option<Lora>,
+    freeze: crate::setup::Freeze,
+}
+
+impl StatesKey {
+    fn of(s: &TrainSetup) -> StatesKey {
+        StatesKey {
+            precision: s.precision,
+            optimizer: s.optimizer,
+            state_dtype: s.optimizer_state_dtype,
+            lora: s.lora.clone(),
+            freeze: s.freeze,
+        }
+    }
+}
+
+/// A configuration that does not fit, and by how much at least.
+struct Miss {
+    config: Config,
+    device_at_least: u64,
+}
+
+pub(super) struct Search<'r, 'a> {
+    pub(super) req: &'r PlanRequest<'a>,
+    pub(super) user: Config,
+    facts: ModelFacts,
+    rates: Rates,
+    /// Sequences per GPU per step.
+    per_gpu: u64,
+    /// The micro-batches that divide `per_gpu`, ascending.
+    micros: Vec<u64>,
+    /// Seconds of the user's own step (the reference of relative step times).
+    reference_seconds: f64,
+    trainable: HashMap<Option<Lora>, f64>,
+    /// Allocated peaks (plus context) by setup: the allocator settings do not change them, so
+    /// configurations that differ only there share the simulation.
+    allocated: HashMap<TrainSetup, u64>,
+    pub(super) baseline: Baseline,
+    stats: SearchStats,
+}
+
+impl<'r, 'a> Search<'r, 'a> {
+    pub(super) fn new(req: &'r PlanRequest<'a>) -> Result<Search<'r, 'a>, PlanError> {
+        let dp = req.data_parallel;
+        if dp == 0 {
+            return Err(PlanError::NoGpus);
+        }
+        let global = req.global_batch;
+        if global == 0 || global > MAX_MICRO_BATCH * MAX_GRAD_ACCUM {
+            return Err(PlanError::GlobalBatchOutOfRange(global));
+        }
+        if !global.is_multiple_of(dp) {
+            let nearest = super::nearest_divisible(global, dp);
+            return Err(PlanError::GlobalBatchNotDivisible { global, gpus: dp, nearest });
+        }
+        let per_gpu = global / dp;
+        let user = Config { setup: req.setup.clone(), alloc: req.alloc };
+        let micros: Vec<u64> = if req.constraints.keep.contains(&Lever::MicroBatch) {
+            let m = user.setup.micro_batch;
+            if m == 0 || !per_gpu.is_multiple_of(m) || per_gpu / m > MAX_GRAD_ACCUM {
+                return Err(PlanError::KeptMicroBatch { micro_batch: m, global, gpus: dp });
+            }
+            vec![m]
+        } else {
+            divisors(per_gpu)
+                .into_iter()
+                .filter(|&m| m <= MAX_MICRO_BATCH && per_gpu / m <= MAX_GRAD_ACCUM)
+                .collect()
+        };
+        let device = device(req, &user);
+        let estimate = estimate_on(req.spec, &user.setup, &device)?;
+        let verdict = card::judge(&estimate, &req.budget);
+        let facts = ModelFacts::of(req.spec);
+        let rates = Rates::of(req.gpu.tflops);
+        let mut search = Search {
+            req,
+            facts,
+            rates,
+            per_gpu,
+            micros,
+            reference_seconds: 0.0,
+            trainable: HashMap::new(),
+            allocated: HashMap::new(),
+            baseline: Baseline { estimate, verdict, step_seconds: None },
+            user,
+            stats: SearchStats::default(),
+        };
+        // The user's step, at its micro-batch, over the global batch (a fractional number of
+        // micro-batches if it does not divide: the step time scales with it).
+        let mut reference = search.user.setup.clone();
+        reference.grad_accum = 1;
+        let per_micro = search.seconds(&Config { setup: reference, alloc: search.user.alloc });
+        search.reference_seconds =
+            per_micro * per_gpu as f64 / search.user.setup.micro_batch.max(1) as f64;
+        search.baseline.step_seconds = rates.known.then_some(search.reference_seconds);
+        Ok(search)
+    }
+
+    /// The levers' settings under the constraints: the user's own first.
+    pub(super) fn lever_options(&self) -> Result<Vec<(Lever, Vec<Setting>)>, PlanError> {
+        let req = self.req;
+        let usable = req.budget.usable().get();
+        let worth = usable / 100 * FRAGMENTATION_WORTH_PERCENT;
+        let cx = LeverContext {
+            spec: req.spec,
+            setup: &self.user.setup,
+            alloc: &self.user.alloc,
+            gpu: &req.gpu,
+            fragmentation_matters: self.baseline.verdict.fragmentation.get() >= worth,
+        };
+        let c = &req.constraints;
+        for lever in &c.allow {
+            if c.keep.contains(lever) {
+                return Err(PlanError::AllowedAndRefused { lever: *lever, how: "kept" });
+            }
+            if c.forbid.iter().any(|f| *f == lever.name()) {
+                return Err(PlanError::AllowedAndRefused { lever: *lever, how: "forbidden" });
+            }
+        }
+        let mut options = Vec::new();
+        for lever in Lever::ALL.into_iter().filter(|l| *l != Lever::MicroBatch) {
+            let all = lever.settings(&cx);
+            let own = all[0].clone();
+            let settings = if c.may_change(lever) {
+                let allowed: Vec<Setting> =
+                    all.iter().filter(|s| c.permits(s) && s.runs_on(&req.gpu)).cloned().collect();
+                if allowed.is_empty() {
+                    let names: Vec<String> = all.iter().map(Setting::name).collect();
+                    return Err(PlanError::NothingLeft { lever, settings: names.join(", ") });
+                }
+                allowed
+            } else {
+                if !c.permits(&own) {
+                    return Err(PlanError::KeptAndForbidden { lever, setting: own.name() });
+                }
+                if !own.runs_on(&req.gpu) {
+                    let gpu = req.gpu.label.clone();
+                    return Err(PlanError::KeptUnsupported { lever, setting: own.name(), gpu });
+                }
+                vec![own]
+            };
+            options.push((lever, settings));
+        }
+        Ok(options)
+    }
+
+    /// Every configuration of the levers (incompatible combinations left out).
+    fn configurations(&mut self) -> Result<Vec<Config>, PlanError> {
+        let options = self.lever_options()?;
+        let mut configs = vec![self.user.clone()];
+        for (_, settings) in &options {
+            let mut next = Vec::with_capacity(configs.len() * settings.len());
+            for c in &configs {
+                for s in settings {
+                    let mut c = c.clone();
+                    s.apply(&mut c);
+                    next.push(c);
+                }
+            }
+            configs = next;
+        }
+        configs.retain(lever::compatible);
+        self.stats.configurations = configs.len() as u64;
+        self.stats.candidates = configs.len() as u64 * self.micros.len() as u64;
+        Ok(configs)
+    }
+
+    fn run(mut self, configs: Vec<Config>) -> Result<PlanOutcome, PlanError> {
+        let req = self.req;
+        let m = self.micros.len() as u64;
+        let usable = req.budget.usable().get();
+        let context = req.budget.cuda_context.get();
+        let mut misses: Vec<Miss> = Vec::new();
+        let mut survivors: Vec<Survivor> = Vec::new();
+        // The model states depend on a few levers only: computed once per combination of them.
+        let mut states: HashMap<StatesKey, Option<crate::estimate::ModelStates>> = HashMap::new();
+        for config in configs {
+            let smallest = self.at(&config, self.micros[0]);
+            let key = StatesKey::of(&smallest.setup);
+            let known = states.entry(key).or_insert_with(|| {
+                // None: a combination the model cannot take (LoRA targets it lacks), or one
+                // that overflows.
+                crate::estimate::model_states_on(req.spec, &smallest.setup, &device(req, &config)).ok()
+            });
+            let Some(known) = *known else {
+                self.stats.pruned += m;
+                misses.push(Miss { config, device_at_least: u64::MAX });
+                continue;
+            };
+            // The micro-batches whose lower bound fits (the bound grows with the micro-batch).
+            let bound = |search: &Self, i: usize| {
+                let c = search.at(&config, search.micros[i]);
+                crate::estimate::peak_lower_bound(req.spec, &c.setup, &device(req, &c), &known)
+                    .saturating_add(context)
+            };
+            let limit = (0..self.micros.len()).take_while(|&i| bound(&self, i) <= usable).count();
+            self.stats.pruned += m - limit as u64;
+            if limit == 0 {
+                let device_at_least = bound(&self, 0);
+                misses.push(Miss { config, device_at_least });
+                continue;
+            }
+            let largest = self.at(&config, self.micros[limit - 1]);
+            // A lower bound of any plan of this config: its largest micro-batch is the fastest
+            // and changes the fewest levers.
+            let changes = self.changes(&largest).len();
+            let optimistic =
+                cost::ranking_cost(self.seconds(&largest) / self.reference_seconds, changes);
+            survivors.push(Survivor { config, optimistic, changes, limit });
+        }
+        // Best first: the configuration with the lowest bound on its cost is taken next. Its
+        // first bound assumes the largest micro-batch the model-states bound lets through; a
+        // search on the allocated peak refines it (a configuration whose real micro-batch is
+        // small falls back in the queue), and only a refined configuration is fully estimated.
+        let mut queue: BinaryHeap<Reverse<Queued>> = BinaryHeap::new();
+        let mut entries: Vec<Entry> = Vec::with_capacity(survivors.len());
+        for (id, s) in survivors.into_iter().enumerate() {
+            queue.push(Reverse(Queued { bound: s.optimistic, changes: s.changes, id }));
+            let touched = vec![false; s.limit];
+            entries.push(Entry { config: s.config, touched, top: None });
+        }
+        let mut frontier: Vec<Plan> = Vec::new();
+        while let Some(Reverse(q)) = queue.pop() {
+            if self.cannot_improve(&frontier, q.bound) {
+                self.count(&entries[q.id].touched);
+                while let Some(Reverse(rest)) = queue.pop() {
+                    self.count(&entries[rest.id].touched);
+                }
+                break;
+            }
+            let entry = &mut entries[q.id];
+            let config = entry.config.clone();
+            let mut touched = std::mem::take(&mut entry.touched);
+            match entry.top {
+                None => match self.largest_by_allocated(&config, &mut touched) {
+                    Err(device_at_least) => {
+                        self.count(&touched);
+                        misses.push(Miss { config, device_at_least });
+                    }
+                    Ok(top) => {
+                        let c = self.at(&config, self.micros[top]);
+                        let changes = self.changes(&c).len();
+                        let bound =
+                            cost::ranking_cost(self.seconds(&c) / self.reference_seconds, changes);
+                        let entry = &mut entries[q.id];
+                        entry.top = Some(top);
+                        entry.touched = touched;
+                        queue.push(Reverse(Queued { bound, changes, id: q.id }));
+                    }
+                },
+                Some(top) => {
+                    self.fit_from(config, top, &mut touched, &mut frontier, &mut misses);
+                    self.count(&touched);
+                }
+            }
+        }
+        frontier.sort_by(|a, b| {
+            a.cost.cost.total_cmp(&b.cost.cost).then(b.verdict.headroom.cmp(&a.verdict.headroom))
+        });
+        frontier.truncate(req.top.max(1));
+        let (closest, requirement) =
+            if frontier.is_empty() { self.closest(misses) } else { (Vec::new(), None) };
+        debug_assert_eq!(self.stats.candidates, self.stats.simulated + self.stats.pruned);
+        Ok(PlanOutcome {
+            baseline: self.baseline,
+            plans: frontier,
+            closest,
+            requirement,
+            stats: self.stats,
+        })
+    }
+
+    /// Whether the `top` cheapest plans found are all cheaper than anything a configuration
+    /// costing at least `optimistic` can give (so it can neither enter nor dominate them).
+    fn cannot_improve(&self, frontier: &[Plan], optimistic: f64) -> bool {
+        let top = self.req.top.max(1);
+        if frontier.len() < top {
+            return false;
+        }
+        let mut costs: Vec<f64> = frontier.iter().map(|p| p.cost.cost).collect();
+        costs.sort_by(f64::total_cmp);
+        optimistic > costs[top - 1] * (1.0 + EPS)
+    }
+
+    /// The largest micro-batch of `config` whose allocated peak fits (an index into the
+    /// micro-batches), by binary search over those `touched` covers (memory grows with the
+    /// micro-batch), on simulations without the caching allocator: they can only refuse, as
+    /// the reserved peak is never below the allocated one. `Err`: none fits, with the device
+    /// use the smallest needs at least.
+    fn largest_by_allocated(
+        &mut self,
+        config: &Config,
+        touched: &mut [bool],
+    ) -> Result<usize, u64> {
+        let (mut fitting, mut lo, mut hi) = (None::<usize>, 0usize, touched.len());
+        let mut smallest = u64::MAX;
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let at_least = self.allocated_device_use(config, self.micros[mid]);
+            touched[mid] = true;
+            if mid == 0 {
+                smallest = at_least;
+            }
+            if at_least <= self.req.budget.usable().get() {
+                fitting = Some(mid);
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        fitting.ok_or(smallest)
+    }
+
+    /// Full estimates of `config` from micro-batch index `top` downwards until one fits on the
+    /// reserved peak (usually the first), stopping once a smaller one could no longer be among
+    /// the cheapest; the plan that fits (and, near the limit, the next smaller one's) joins
+    /// the frontier.
+    fn fit_from(
+        &mut self,
+        config: Config,
+        top: usize,
+        touched: &mut [bool],
+        frontier: &mut Vec<Plan>,
+        misses: &mut Vec<Miss>,
+    ) {
+        let mut closest_miss = None;
+        for i in (0..=top).rev() {
+            let c = self.at(&config, self.micros[i]);
+            let bound = cost::ranking_cost(
+                self.seconds(&c) / self.reference_seconds,
+                self.changes(&c).len(),
+            );
+            if self.cannot_improve(frontier, bound) {
+                return;
+            }
+            touched[i] = true;
+            let Some((estimate, verdict)) = self.full_estimate(&c) else { return };
+            if !verdict.fits {
+                closest_miss.get_or_insert(verdict.device_used.get());
+                continue;
+            }
+            let plan = self.plan_of(&config, self.micros[i], estimate, verdict);
+            let penalised = plan.cost.near_limit_penalty > 0.0;
+            insert(frontier, plan);
+            if penalised && i > 0 {
+                // Near the limit a smaller micro-batch may be faster: one more candidate.
+                let smaller = self.at(&config, self.micros[i - 1]);
+                touched[i - 1] = true;
+                if let Some((estimate, verdict)) = self.full_estimate(&smaller)
+                    && verdict.fits
+                {
+                    let plan = self.plan_of(&config, self.micros[i - 1], estimate, verdict);
+                    insert(frontier, plan);
+                }
+            }
+            return;
+        }
+        if let Some(device_at_least) = closest_miss {
+            misses.push(Miss { config, device_at_least });
+        }
+    }
+
+    /// Counts a configuration's candidates: simulated (touched) or pruned.
+    fn count(&mut self, touched: &[bool]) {
+        let simulated = touched.iter().filter(|t| **t).count() as u64;
+        self.stats.simulated += simulated;
+        self.stats.pruned += touched.len() as u64 - simulated;
+    }
+
+    /// The device use a candidate needs at least: its allocated peak (a simulation without
+    /// the allocator replay) and the context.
+    fn allocated_device_use(&mut self, config: &Config, micro: u64) -> u64 {
+        let c = self.at(config, micro);
+        if let Some(&known) = self.allocated.get(&c.setup) {
+            return known;
+        }
+        let allocated_only =
+            Device { allocator: None, workspaces: self.req.workspaces, ..Device::CUDA };
+        let used = match estimate_on(self.req.spec, &c.setup, &allocated_only) {
+            Ok(e) => e.peak_allocated.get().saturating_add(self.req.budget.cuda_context.get()),
+            Err(_) => u64::MAX,
+        };
+        self.allocated.insert(c.setup, used);
+        used
+    }
+
+    /// A candidate's full estimate (with the allocator replay) and verdict.
+    fn full_estimate(&mut self, c: &Config) -> Option<(Estimate, CardVerdict)> {
+        self.stats.replayed += 1;
+        let e = estimate_on(self.req.spec, &c.setup, &device(self.req, c)).ok()?;
+        let v = card::judge(&e, &self.req.budget);
+        Some((e, v))
+    }
+
+    /// The config at a micro-batch, with the accumulation that keeps the global batch.
+    pub(super) fn at(&self, config: &Config, micro: u64) -> Config {
+        let mut c = config.clone();
+        c.setup.micro_batch = micro;
+        c.setup.grad_accum = self.per_gpu / micro;
+        c
+    }
+
+    /// Seconds per step of a config, without the near-limit penalty.
+    pub(super) fn seconds(&mut self, c: &Config) -> f64 {
+        let trainable = self.trainable_of(&c.setup);
+        cost::step_seconds(&self.facts, &c.setup, trainable, &self.rates)
+    }
+
+    fn trainable_of(&mut self, setup: &TrainSetup) -> f64 {
+        if setup.lora.is_none() && !setup.freeze.any() {
+            return self.facts.parameters;
+        }
+        let spec = self.req.spec;
+        *self.trainable.entry(setup.lora.clone()).or_insert_with(|| {
+            crate::peft::parameter_counts(&spec.parameter_layout(), setup).0 as f64
+        })
+    }
+
+    /// The cost of a config whose device use is known. A paged optimizer's state sits on
+    /// the card as long as it fits there, and pages over PCIe every step for what does not;
+    /// near the card's limit the step slows down ([`cost::near_limit_penalty`]).
+    pub(super) fn cost_of(&mut self, c: &Config, device_used: Bytes) -> cost::Cost {
+        let mut seconds = self.seconds(c);
+        let visible = self.req.budget.cuda_visible.get().max(1);
+        let mut used = device_used.get();
+        let fits = used <= self.req.budget.usable().get();
+        if fits && c.setup.optimizer == crate::setup::Optimizer::PagedAdamw8bit {
+            let paged = crate::estimate::paged_state_bytes(self.req.spec, &c.setup)
+                .map_or(0, crate::units::Bytes::get);
+            let room = self.req.budget.usable().get().saturating_sub(used);
+            seconds += cost::paging_seconds(paged.saturating_sub(room));
+            used = used.saturating_add(paged.min(room));
+        }
+        // A setup that does not fit is costed as if it did: without paging or the penalty.
+        let penalty =
+            if fits { cost::near_limit_penalty(used as f64 / visible as f64) } else { 0.0 };
+        let seconds = seconds * (1.0 + penalty);
+        let tokens = (self.req.global_batch * c.setup.seq_len) as f64;
+        let relative = seconds / self.reference_seconds;
+        cost::Cost {
+            cost: cost::ranking_cost(relative, self.changes(c).len()),
+            relative_step_time: relative,
+            step_seconds: self.rates.known.then_some(seconds),
+            tokens_per_second: self.rates.known.then_some(tokens / seconds),
+            near_limit_penalty: penalty,
+        }
+    }
+
+    pub(super) fn plan_of(
+        &mut self,
+        config: &Config,
+        micro: u64,
+        estimate: Estimate,
+        verdict: CardVerdict,
+    ) -> Plan {
+        let c = self.at(config, micro);
+        let cost = self.cost_of(&c, verdict.device_used);
+        Plan {
+            changes: self.changes(&c),
+            notes: lever::math_notes(&self.user, &c),
+            data_parallel: self.req.data_parallel,
+            config: c,
+            estimate,
+            verdict,
+            cost,
+        }
+    }
+
+    /// What differs from the user's setup, in lever order.
+    pub(super) fn changes(&self, c: &Config) -> Vec<Change> {
+        let mut changes = Vec::new();
+        let (u, p) = (&self.user.setup, &c.setup);
+        if (u.micro_batch, u.grad_accum) != (p.micro_batch, p.grad_accum) {
+            let dp = self.req.data_parallel;
+            let show = |s: &TrainSetup| {
+                if dp > 1 {
+                    format!("{} × {} × {dp} GPUs", s.micro_batch, s.grad_accum)
+                } else {
+                    format!("{} × {}", s.micro_batch, s.grad_accum)
+                }
+            };
+            changes.push(Change { lever: Lever::MicroBatch, from: show(u), to: show(p) });
+        }
+        for lever in Lever::ALL {
+            let (Some(a), Some(b)) = (Setting::of(lever, &self.user), Setting::of(lever, c)) else {
+                continue;
+            };
+            if a != b {
+                changes.push(Change { lever, from: a.describe(), to: b.describe() });
+            }
+        }
+        changes
+    }
+
+    /// When nothing fits: the closest misses, fully estimated at the smallest micro-batch, and
+    /// what it would take.
+    ///
+    /// The misses are grouped by what decides their model states (precision, optimizer,
+    /// adapters): each group's representative is its most frugal configuration (the most
+    /// layers checkpointed, then a fused attention kernel, the chunked loss, expandable
+    /// segments), and the groups that come closest are estimated.
+    fn closest(&mut self, mut misses: Vec<Miss>) -> (Vec<Plan>, Option<Requirement>) {
+        let layers = self.req.spec.n_layers;
+        let frugality = |c: &Config| {
+            let s = &c.setup;
+            (
+                s.checkpointing.checkpointed_layers(layers),
+                s.attention != crate::setup::Attention::Eager,
+                s.loss == crate::setup::LossKernel::Chunked,
+                c.alloc.expandable_segments,
+            )
+        };
+        misses.sort_by(|a, b| {
+            a.device_at_least
+                .cmp(&b.device_at_least)
+                .then_with(|| frugality(&b.config).cmp(&frugality(&a.config)))
+        });
+        let mut seen: Vec<StatesKey> = Vec::new();
+        misses.retain(|m| {
+            let key = StatesKey::of(&m.config.setup);
+            let new = !seen.contains(&key);
+            if new {
+                seen.push(key);
+            }
+            new
+        });
+        let mut closest = Vec::new();
+        for miss in misses.into_iter().take(CLOSEST) {
+            let c = self.at(&miss.config, self.micros[0]);
+            let Ok(estimate) = estimate_on(self.req.spec, &c.setup, &device(self.req, &c)) else {
+                continue;
+            };
+            let verdict = card::judge(&estimate, &self.req.budget);
+            closest.push(self.plan_of(&miss.config, self.micros[0], estimate, verdict));
+        }
+        closest.sort_by_key(|p| p.verdict.device_used);
+        let requirement = closest.first().map(|p| self.requirement(p));
+        (closest, requirement)
+    }
+
+    fn requirement(&self, p: &Plan) -> Requirement {
+        let budget = &self.req.budget;
+        let usable = budget.usable();
+        let states = p.estimate.model_states;
+        let needed = p.verdict.device_used;
+        let per_gpu = budget.for_allocator().get().max(1);
+        let needs_bf16 = p.config.setup.precision.needs_bf16();
+        let mut gpus = crate::gpu::catalog();
+        gpus.sort_by_key(crate::gpu::Gpu::cuda_visible);
+        let larger_gpu = gpus
+            .into_iter()
+            .filter(|g| g.bf16 || !needs_bf16)
+            .find(|g| {
+                let visible = g.cuda_visible();
+                CardBudget::new(visible, budget.cuda_context, card::default_margin(visible))
+                    .is_ok_and(|b| needed <= b.usable())
+            })
+            .map(|g| g.name);
+        Requirement {
+            device_needed: needed,
+            usable,
+            model_states: states,
+            gpus_of_this_kind: (states.get() > per_gpu).then(|| states.get().div_ceil(per_gpu)),
+            larger_gpu,
+        }
+    }
+}
+
+/// The device a config runs on: CUDA with the card's workspaces and the config's allocator
+/// settings.
+pub(super) fn device(req: &PlanRequest<'_>, c: &Config) -> Device {
+    Device { allocator: Some(c.alloc), workspaces: req.workspaces, ..Device::CUDA }
+}
+
+/// Adds a plan to the frontier unless another dominates it (as cheap or cheaper, as much
+/// headroom or more, and better in one of them or as good with fewer changes), removing those
+/// it dominates.
+fn insert(frontier: &mut Vec<Plan>, plan: Plan) {
+    if frontier.iter().any(|q| dominates(q, &plan)) {
+        return;
+    }
+    frontier.retain(|q| !dominates(&plan, q));
+    frontier.push(plan);
+}
+
+/// Whether `a` makes `b` not worth showing: as cheap or cheaper (by the ranking cost, which
+/// charges every change), with as much headroom or more, and better in one of them (or as
+/// good in both with no more changes).
+pub(super) fn dominates(a: &Plan, b: &Plan) -> bool {
+    let (ca, cb) = (a.cost.cost, b.cost.cost);
+    let (ha, hb) = (a.verdict.headroom, b.verdict.headroom);
+    if ca > cb * (1.0 + EPS) || ha < hb {
+        return false;
+    }
+    ca < cb * (1.0 - EPS) || ha > hb || a.changes.len() <= b.changes.len()
+}
+
+/// The divisors of `n`, ascending.
+pub(super) fn divisors(n: u64) -> Vec<u64> {
+    let mut small = Vec::new();
+    let mut large = Vec::new();
+    let mut d = 1u64;
+    while d.saturating_mul(d) <= n {
+        if n.is_multiple_of(d) {
+            small.push(d);
+            if d != n / d {
+                large.push(n / d);
+            }
+        }
+        d += 1;
+    }
+    small.extend(large.into_iter().rev());
+    small
+}

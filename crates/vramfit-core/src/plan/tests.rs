@@ -1,0 +1,264 @@
+//! The planner on concrete runs.
+
+use super::*;
+use crate::gpu;
+use crate::setup::{Attention, Checkpointing, Optimizer, Precision};
+
+pub(super) fn spec(name: &str) -> ModelSpec {
+    ModelSpec::from_hf_config(crate::catalog::config_json(name).unwrap()).unwrap()
+}
+
+pub(super) fn request<'a>(
+    spec: &'a ModelSpec,
+    gpu_id: &str,
+    setup: TrainSetup,
+    global: u64,
+) -> PlanRequest<'a> {
+    let choice = gpu::resolve(gpu_id).unwrap();
+    let visible = choice.cuda_visible();
+    let budget =
+        CardBudget::new(visible, crate::overhead::cuda_context(&choice, crate::overhead::ModuleLoading::Lazy).bytes, crate::card::default_margin(visible))
+            .unwrap();
+    PlanRequest {
+        spec,
+        setup,
+        alloc: AllocConf::DEFAULT,
+        workspaces: crate::overhead::cublas_workspaces(Some(&choice)),
+        global_batch: global,
+        data_parallel: 1,
+        gpu: GpuFacts::of(&choice),
+        budget,
+        constraints: Constraints::default(),
+        top: 5,
+    }
+}
+
+/// The forum thread: GPT-2, fp32, AdamW, eager attention, batch 16 × 512 tokens on an RTX 3080.
+fn forum() -> TrainSetup {
+    TrainSetup {
+        micro_batch: 16,
+        seq_len: 512,
+        precision: Precision::Fp32,
+        attention: Attention::Eager,
+        ..TrainSetup::default()
+    }
+}
+
+fn levers(p: &Plan) -> Vec<Lever> {
+    p.changes.iter().map(|c| c.lever).collect()
+}
+
+#[test]
+fn the_forum_case_agrees_with_what_the_user_saw() {
+    let spec = spec("gpt2");
+    let req = request(&spec, "rtx-3080", forum(), 16);
+    let fits = |micro: u64| {
+        let setup = TrainSetup { micro_batch: micro, ..forum() };
+        let e = crate::estimate(&spec, &setup).unwrap();
+        crate::card::judge(&e, &req.budget).fits
+    };
+    assert!(!fits(16) && !fits(8) && fits(4));
+    // Accumulation alone: the largest micro-batch that fits is 4, as the user found.
+    let remedies = remedies(&req).unwrap();
+    let accumulation: Vec<&Remedy> =
+        remedies.iter().filter(|r| r.change.lever == Lever::MicroBatch).collect();
+    assert!(accumulation.iter().any(|r| r.change.to == "4 × 4" && r.fits));
+    assert!(accumulation.iter().any(|r| r.change.to == "8 × 2" && !r.fits));
+}
+
+#[test]
+fn the_forum_case_plans_effective_batch_16_cheapest_first() {
+    let spec = spec("gpt2");
+    let req = request(&spec, "rtx-3080", forum(), 16);
+    let out = plan(&req).unwrap();
+    assert!(!out.baseline.verdict.fits);
+    assert!(out.plans.len() >= 3);
+    for w in out.plans.windows(2) {
+        assert!(w[0].cost.cost <= w[1].cost.cost);
+    }
+    for p in &out.plans {
+        assert!(p.verdict.fits);
+        assert_eq!(p.global_batch(), 16);
+        // The 3080 is Ampere: bf16-mixed, never fp16-mixed.
+        assert_ne!(p.config.setup.precision, Precision::Fp16Mixed);
+    }
+    let first = &out.plans[0];
+    assert_eq!(first.config.setup.precision, Precision::Bf16Mixed);
+    assert!(out.plans.iter().any(|p| p.config.setup.checkpointing != Checkpointing::None));
+    assert!(out.plans.iter().any(|p| p.config.setup.optimizer == Optimizer::Adamw8bit));
+    assert_eq!(out.stats.candidates, out.stats.simulated + out.stats.pruned);
+    assert!(out.stats.pruned > 0);
+}
+
+#[test]
+fn a_gpu_without_bf16_gets_fp16_mixed_and_its_grad_scaler_note() {
+    let spec = spec("gpt2");
+    let mut req = request(&spec, "t4", forum(), 16);
+    let out = plan(&req).unwrap();
+    assert!(!out.plans.is_empty());
+    assert!(out.plans.iter().all(|p| !p.config.setup.precision.needs_bf16()));
+    let fp16 = out.plans.iter().find(|p| p.config.setup.precision == Precision::Fp16Mixed);
+    assert!(fp16.is_some_and(|p| p.notes.contains(&MathNote::Fp16GradScaler)));
+    // A user already in bf16 on a T4 is moved to fp16-mixed, or refused if the precision is kept.
+    req.setup.precision = Precision::Bf16Mixed;
+    let out = plan(&req).unwrap();
+    assert!(out.plans.iter().all(|p| p.config.setup.precision == Precision::Fp16Mixed));
+    req.constraints.keep = vec![Lever::Precision];
+    assert!(matches!(plan(&req), Err(PlanError::KeptUnsupported { .. })));
+}
+
+#[test]
+fn kept_and_forbidden_levers_are_respected() {
+    let spec = spec("gpt2");
+    let mut req = request(&spec, "rtx-3080", forum(), 16);
+    req.constraints.keep = vec![Lever::Precision, Lever::Checkpointing];
+    req.constraints.forbid = vec!["adamw-8bit".into(), "paged-adamw-8bit".into()];
+    let out = plan(&req).unwrap();
+    assert!(!out.plans.is_empty());
+    for p in &out.plans {
+        assert!(!levers(p).contains(&Lever::Precision));
+        assert!(!levers(p).contains(&Lever::Checkpointing));
+        assert!(!matches!(
+            p.config.setup.optimizer,
+            Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit
+        ));
+    }
+}
+
+#[test]
+fn lora_is_searched_only_when_allowed() {
+    let spec = spec("llama-3.2-1b");
+    let user = TrainSetup { micro_batch: 8, seq_len: 2048, ..TrainSetup::default() };
+    let mut req = request(&spec, "rtx-3080", user, 8);
+    let out = plan(&req).unwrap();
+    assert!(out.plans.iter().chain(&out.closest).all(|p| p.config.setup.lora.is_none()));
+    req.constraints.allow = vec![Lever::Lora];
+    let out = plan(&req).unwrap();
+    let lora = out.plans.iter().find(|p| p.config.setup.lora.is_some());
+    assert!(lora.is_some_and(|p| p.notes.contains(&MathNote::LoraTrainsAdapters)));
+}
+
+#[test]
+fn contradictions_and_bad_batches_are_errors_that_say_which() {
+    let spec = spec("gpt2");
+    let mut req = request(&spec, "rtx-3080", forum(), 16);
+    req.data_parallel = 3;
+    assert_eq!(
+        plan(&req).unwrap_err(),
+        PlanError::GlobalBatchNotDivisible { global: 16, gpus: 3, nearest: (15, 18) }
+    );
+    req.data_parallel = 0;
+    assert_eq!(plan(&req).unwrap_err(), PlanError::NoGpus);
+    req.data_parallel = 1;
+    req.global_batch = 0;
+    assert_eq!(plan(&req).unwrap_err(), PlanError::GlobalBatchOutOfRange(0));
+    req.global_batch = 12;
+    req.constraints.keep = vec![Lever::MicroBatch];
+    assert!(matches!(
+        plan(&req),
+        Err(PlanError::KeptMicroBatch { micro_batch: 16, global: 12, .. })
+    ));
+    req.global_batch = 16;
+    req.constraints.keep = vec![Lever::Optimizer];
+    req.constraints.forbid = vec!["adamw".into()];
+    assert!(matches!(plan(&req), Err(PlanError::KeptAndForbidden { lever: Lever::Optimizer, .. })));
+    req.constraints.keep = vec![Lever::Lora];
+    req.constraints.forbid = Vec::new();
+    req.constraints.allow = vec![Lever::Lora];
+    assert!(matches!(
+        plan(&req),
+        Err(PlanError::AllowedAndRefused { lever: Lever::Lora, how: "kept" })
+    ));
+    req.constraints =
+        Constraints { forbid: vec!["fp32".into(), "bf16-mixed".into()], ..Constraints::default() };
+    assert!(matches!(plan(&req), Err(PlanError::NothingLeft { lever: Lever::Precision, .. })));
+    assert_eq!(nearest_divisible(16, 3), (15, 18));
+    assert_eq!(nearest_divisible(2, 8), (8, 8));
+}
+
+#[test]
+fn forbidding_the_users_own_setting_makes_every_plan_change_it() {
+    let spec = spec("gpt2");
+    let mut req = request(&spec, "rtx-3080", forum(), 16);
+    req.constraints.forbid = vec!["eager".into()];
+    let out = plan(&req).unwrap();
+    assert!(out.plans.iter().all(|p| p.config.setup.attention != Attention::Eager));
+}
+
+#[test]
+fn an_impossible_goal_gets_the_closest_setups_and_what_it_would_take() {
+    let spec = spec("llama-3.1-70b");
+    let user = TrainSetup { micro_batch: 1, seq_len: 2048, ..TrainSetup::default() };
+    let req = request(&spec, "rtx-3080", user, 8);
+    let out = plan(&req).unwrap();
+    assert!(out.plans.is_empty());
+    assert!(!out.closest.is_empty());
+    assert!(out.closest.iter().all(|p| !p.verdict.fits));
+    let need = out.requirement.unwrap();
+    assert!(need.device_needed > need.usable);
+    // 70 B parameters with 8-bit AdamW states: far beyond one 10 GB card.
+    assert!(need.gpus_of_this_kind.is_some_and(|n| n > 50), "{need:?}");
+    // Every model-states bound overflowed: nothing was simulated but the closest misses.
+    assert_eq!(out.stats.simulated, 0);
+    assert_eq!(out.stats.pruned, out.stats.candidates);
+}
+
+#[test]
+fn a_run_that_fits_is_offered_a_faster_setup_and_its_own() {
+    let spec = spec("gpt2");
+    let user = TrainSetup { micro_batch: 2, grad_accum: 4, seq_len: 512, ..TrainSetup::default() };
+    let req = request(&spec, "a100-80gb", user, 8);
+    let out = plan(&req).unwrap();
+    assert!(out.baseline.verdict.fits);
+    let first = &out.plans[0];
+    // One micro-batch of 8 instead of four of 2: the same global batch, faster.
+    assert_eq!(first.config.setup.micro_batch, 8);
+    assert!(first.cost.relative_step_time < 1.0);
+}
+
+mod bounds {
+    use proptest::prelude::*;
+
+    use crate::device::Device;
+    use crate::setup::{Attention, Checkpointing, LossKernel, Optimizer, Precision, TrainSetup};
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// What the search prunes with: the model states and workspaces never exceed the
+        /// step's allocated peak, and the allocated peak never exceeds the reserved peak.
+        #[test]
+        fn the_pruning_bounds_hold(
+            m in 0usize..31,
+            micro in 1u64..4,
+            accum in 1u64..3,
+            precision in prop::sample::select(Precision::ALL.to_vec()),
+            optimizer in prop::sample::select(Optimizer::ALL.to_vec()),
+            attention in prop::sample::select(Attention::ALL.to_vec()),
+            checkpointing in prop::sample::select(vec![Checkpointing::None, Checkpointing::Full, Checkpointing::Every(2)]),
+            loss in prop::sample::select(LossKernel::ALL.to_vec()),
+            lora in any::<bool>(),
+        ) {
+            let names = crate::catalog::names();
+            let spec = super::spec(names[m % names.len()]);
+            let setup = TrainSetup {
+                micro_batch: micro,
+                seq_len: 128,
+                precision,
+                optimizer,
+                attention,
+                checkpointing,
+                loss,
+                lora: lora.then(super::super::lever::default_lora),
+                grad_accum: accum,
+                ..TrainSetup::default()
+            };
+            let e = crate::estimate(&spec, &setup).unwrap();
+            let states = crate::estimate::model_states_on(&spec, &setup, &Device::CUDA).unwrap();
+            let bound = crate::estimate::peak_lower_bound(&spec, &setup, &Device::CUDA, &states);
+            prop_assert!(bound <= e.peak_allocated.get(), "{} > {}", bound, e.peak_allocated);
+            let reserved = e.reserved.unwrap().peak_reserved;
+            prop_assert!(e.peak_allocated.get() <= reserved);
+        }
+    }
+}

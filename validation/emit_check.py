@@ -1,0 +1,234 @@
+"""Builds what `vramfit plan --emit` writes with the real libraries, on the CPU.
+
+For a set of runs (the forum thread's GPT-2 case, a Llama plan with LoRA and the chunked loss,
+fp16 on a T4, checkpointing every n-th layer), every plan vramfit returns is emitted in every
+format and handed to the library that reads it:
+
+* pytorch    — parsed and compiled by Python; the optimizer's constructor is bound to the
+               emitted arguments (torch.optim or bitsandbytes); the loop divides the loss by
+               the accumulation steps, clips, steps and zeroes the gradients.
+* lightning  — the `L.Trainer(...)` keywords are read from the text and `lightning.Trainer` is
+               built with them, `accelerator="cuda"` replaced by `"cpu"` (no GPU here).
+* hf-trainer — the `TrainingArguments(...)` keywords are read from the text and
+               `transformers.TrainingArguments` is built with them, plus `use_cpu=True` (bf16 is
+               refused on a CPU without it; fp16 needs a GPU and is reported as such).
+* deepspeed  — the JSON is loaded and `deepspeed.runtime.config.DeepSpeedConfig` is built.
+* accelerate — the YAML is written to a file and read by accelerate's `ClusterConfig`
+               (which refuses unknown keys).
+
+Results go to `validation/emit_check.json`, one entry per (run, plan, format). Run from the
+repository root with the venv that has torch, transformers, lightning, deepspeed, accelerate,
+peft, bitsandbytes and liger-kernel:
+
+    cargo build -p vramfit
+    /work/venv/bin/python validation/emit_check.py [--vramfit target/debug/vramfit]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+from importlib import metadata
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+FORMATS = ("pytorch", "lightning", "hf-trainer", "deepspeed", "accelerate")
+
+RUNS = {
+    "forum-gpt2-rtx3080": [
+        "--model", "gpt2", "--gpu", "rtx-3080", "-b", "16", "-s", "512",
+        "--precision", "fp32", "--attention", "eager",
+    ],
+    "llama-3.2-1b-lora-rtx4090": [
+        "--model", "llama-3.2-1b", "--gpu", "rtx-4090", "-b", "8", "-s", "2048",
+        "--allow", "lora",
+    ],
+    "gpt2-fp32-t4": [
+        "--model", "gpt2", "--gpu", "t4", "-b", "16", "-s", "1024", "--precision", "fp32",
+    ],
+    "qwen2.5-0.5b-every-n-chunked": [
+        "--model", "qwen2.5-0.5b", "--gpu", "rtx-4090", "-b", "8", "-s", "2048",
+        "--forbid", "full",
+    ],
+}
+
+
+def call_keywords(source: str, name: str) -> dict:
+    """The keyword arguments of the first call to `...name(...)` in `source`, as values."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if called == name:
+                return {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}
+    raise ValueError(f"no call to {name}(...)")
+
+
+def check_pytorch(text: str) -> list[str]:
+    import torch
+
+    tree = ast.parse(text)
+    compile(tree, "emitted.py", "exec")
+    notes = []
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    for required in ("MICRO_BATCH", "ACCUMULATION", "loader", "optimizer", "model"):
+        if required not in names:
+            raise ValueError(f"the loop lacks {required}")
+    if "/ ACCUMULATION" not in text:
+        raise ValueError("the loss is not divided by the accumulation steps")
+    for needed in ("clip_grad_norm_", "optimizer.step()", "zero_grad(set_to_none=True)"):
+        if needed not in text and not (needed == "optimizer.step()" and "scaler.step(optimizer)" in text):
+            raise ValueError(f"the loop lacks {needed}")
+    # The optimizer's constructor takes the emitted arguments.
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "optimizer":
+            call = node.value
+            path = ast.unparse(call.func)
+            kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+            if path.startswith("bnb."):
+                try:
+                    import bitsandbytes as bnb
+                except ImportError:
+                    notes.append(f"{path}: bitsandbytes not installed, signature not checked")
+                    continue
+                cls = getattr(bnb.optim, path.split(".")[-1])
+            else:
+                cls = getattr(torch.optim, path.split(".")[-1])
+            params = [torch.nn.Parameter(torch.zeros(4, 4))]
+            inspect.signature(cls).bind(params, **kwargs)
+            notes.append(f"{path}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}) binds")
+    return notes
+
+
+def check_lightning(text: str) -> list[str]:
+    import lightning as L
+
+    ast.parse(text)
+    kwargs = call_keywords(text, "Trainer")
+    notes = []
+    if kwargs.get("accelerator") == "cuda":
+        kwargs["accelerator"] = "cpu"
+        notes.append('accelerator="cuda" built as "cpu" (no GPU here)')
+    quiet = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False}
+    try:
+        trainer = L.Trainer(**kwargs, **quiet)
+    except Exception as e:  # noqa: BLE001 - said in the result
+        if kwargs.get("precision") != "16-mixed":
+            raise
+        notes.append(f'precision="16-mixed" refused on the CPU ({type(e).__name__}: {e}); built with "bf16-mixed"')
+        kwargs["precision"] = "bf16-mixed"
+        trainer = L.Trainer(**kwargs, **quiet)
+    notes.append(f"Trainer(accumulate_grad_batches={trainer.accumulate_grad_batches}, precision={trainer.precision!r}, gradient_clip_val={trainer.gradient_clip_val})")
+    return notes
+
+
+def check_hf(text: str) -> list[str]:
+    import transformers
+
+    ast.parse(text)
+    kwargs = call_keywords(text, "TrainingArguments")
+    notes = []
+    with tempfile.TemporaryDirectory() as out:
+        kwargs["output_dir"] = out
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                args = transformers.TrainingArguments(**kwargs, use_cpu=True)
+            except ValueError as e:
+                if not kwargs.get("fp16"):
+                    raise
+                notes.append(f"fp16=True refused on the CPU ({e}); built with fp16=False")
+                kwargs["fp16"] = False
+                args = transformers.TrainingArguments(**kwargs, use_cpu=True)
+        notes.extend(sorted({f"{w.category.__name__}: {w.message}" for w in caught if "deprecated" in str(w.message)}))
+    notes.append(
+        f"TrainingArguments(per_device_train_batch_size={args.per_device_train_batch_size}, gradient_accumulation_steps={args.gradient_accumulation_steps}, bf16={args.bf16}, fp16={args.fp16}, optim={args.optim!r}, use_liger_kernel={args.use_liger_kernel})"
+    )
+    return notes
+
+
+def check_deepspeed(text: str) -> list[str]:
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    config = json.loads(text)
+    ds = DeepSpeedConfig(config)
+    return [f"DeepSpeedConfig(train_batch_size={ds.train_batch_size}, micro={ds.train_micro_batch_size_per_gpu}, accumulation={ds.gradient_accumulation_steps}, zero_stage={ds.zero_optimization_stage})"]
+
+
+def check_accelerate(text: str) -> list[str]:
+    import yaml
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    yaml.safe_load(text)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(text)
+        path = f.name
+    try:
+        config = ClusterConfig.from_yaml_file(path)
+    finally:
+        os.unlink(path)
+    return [f"ClusterConfig(distributed_type={config.distributed_type}, mixed_precision={config.mixed_precision}, num_processes={config.num_processes})"]
+
+
+CHECKS = {
+    "pytorch": check_pytorch,
+    "lightning": check_lightning,
+    "hf-trainer": check_hf,
+    "deepspeed": check_deepspeed,
+    "accelerate": check_accelerate,
+}
+
+
+def versions() -> dict:
+    out = {"python": sys.version.split()[0]}
+    for dist in ("torch", "transformers", "lightning", "deepspeed", "accelerate", "peft", "bitsandbytes", "liger-kernel", "pyyaml"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vramfit", default=str(HERE.parent / "target/debug/vramfit"))
+    ap.add_argument("--out", default=str(HERE / "emit_check.json"))
+    args = ap.parse_args()
+    results = []
+    failed = 0
+    for run, flags in RUNS.items():
+        listing = subprocess.run([args.vramfit, "plan", *flags, "--format", "json"], capture_output=True, text=True)
+        plans = json.loads(listing.stdout)["plans"]
+        for pick in range(1, len(plans) + 1):
+            for fmt in FORMATS:
+                done = subprocess.run(
+                    [args.vramfit, "plan", *flags, "--emit", fmt, "--pick", str(pick)],
+                    capture_output=True,
+                    text=True,
+                )
+                entry = {"run": run, "pick": pick, "format": fmt, "flags": flags}
+                if done.returncode != 0:
+                    entry.update(ok=False, error=done.stderr.strip())
+                else:
+                    try:
+                        entry.update(ok=True, notes=CHECKS[fmt](done.stdout))
+                    except Exception as e:  # noqa: BLE001 - every failure is a result
+                        entry.update(ok=False, error=f"{type(e).__name__}: {e}")
+                failed += not entry["ok"]
+                print(f"[emit_check] {run} #{pick} {fmt}: {'ok' if entry['ok'] else 'FAILED ' + entry['error']}", file=sys.stderr)
+                results.append(entry)
+    report = {"versions": versions(), "checked": len(results), "failed": failed, "results": results}
+    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    print(f"[emit_check] {len(results) - failed} of {len(results)} built", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
