@@ -737,13 +737,19 @@ mod tests {
     /// n = 1 it is the full mode's stream, and after the forward each checkpointed layer holds
     /// what a layer holds under full checkpointing while every other layer holds what it holds
     /// without checkpointing. (All layers of a model are alike, so the saved bytes are a
-    /// straight line in the number of checkpointed layers.)
+    /// straight line in the number of checkpointed layers.) The KV cache is off throughout:
+    /// transformers turns it off under any checkpointing, so only the baseline could have it.
     #[test]
     fn every_nth_layer_checkpointing_is_per_layer_checkpointing() {
         for name in ["qwen3-0.6b", "gpt2", "gemma-2-2b"] {
             let spec = spec(name);
             let layout = spec.parameter_layout();
-            let base = TrainSetup { micro_batch: 2, seq_len: 256, ..TrainSetup::default() };
+            let base = TrainSetup {
+                micro_batch: 2,
+                seq_len: 256,
+                use_cache: Some(false),
+                ..TrainSetup::default()
+            };
             let with = |c| {
                 let setup = TrainSetup { checkpointing: c, ..base.clone() };
                 let mut saved = SavedAfterForward::default();
