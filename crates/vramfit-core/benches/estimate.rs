@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use vramfit_core::oracle_case::OracleCase;
 use vramfit_core::{
-    Attention, Checkpointing, Device, ModelSpec, Optimizer, Precision, TrainSetup, catalog,
-    estimate_on,
+    Attention, Checkpointing, Device, ModelSpec, Optimizer, Parallel, Precision, Strategy,
+    TrainSetup, catalog, estimate_on,
 };
 
 fn time(spec: &ModelSpec, setup: &TrainSetup) -> Duration {
@@ -67,6 +67,24 @@ fn main() {
     println!(
         "estimate llama-3.1-70b b1 s4096 bf16-mixed adamw sdpa ckpt=none: {:.3} ms",
         t70_none.as_secs_f64() * 1e3
+    );
+    // One rank of eight under ZeRO-3: the worst rank is simulated, not the eight.
+    let zero3 = TrainSetup {
+        parallel: Parallel { gpus_per_node: 8, strategy: Strategy::Zero3, ..Parallel::default() },
+        ..setup.clone()
+    };
+    let t70_zero3 = time(&seventy, &zero3);
+    println!(
+        "estimate llama-3.1-70b b1 s4096 bf16-mixed adamw sdpa ckpt=full --gpus 8 --strategy zero3: {:.3} ms (budget 5 ms; {:.2}x the one-GPU estimate above)",
+        t70_zero3.as_secs_f64() * 1e3,
+        t70_zero3.as_secs_f64() / t70.as_secs_f64()
+    );
+    let t70_zero3_step = time_on(&seventy, &zero3, &no_allocator);
+    println!(
+        "  of which the step's simulation, without the caching-allocator replay: {:.3} ms ({:.2}x the one-GPU step's {:.3} ms)",
+        t70_zero3_step.as_secs_f64() * 1e3,
+        t70_zero3_step.as_secs_f64() / (t70 - t70_alloc).as_secs_f64(),
+        (t70 - t70_alloc).as_secs_f64() * 1e3
     );
 
     // The oracle's time for its largest case, and vramfit's for the same case.

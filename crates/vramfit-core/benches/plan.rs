@@ -53,8 +53,13 @@ struct Case {
 fn request<'a>(spec: &'a ModelSpec, case: &Case) -> PlanRequest<'a> {
     let choice = gpu::resolve(case.gpu).expect("gpu");
     let visible = choice.cuda_visible();
-    let budget =
-        CardBudget::new(visible, vramfit_core::overhead::cuda_context(&choice, vramfit_core::overhead::ModuleLoading::Lazy).bytes, card::default_margin(visible)).unwrap();
+    let budget = CardBudget::new(
+        visible,
+        vramfit_core::overhead::cuda_context(&choice, vramfit_core::overhead::ModuleLoading::Lazy)
+            .bytes,
+        card::default_margin(visible),
+    )
+    .unwrap();
     PlanRequest {
         spec,
         setup: case.setup.clone(),

@@ -45,6 +45,9 @@ pub enum EstimateError {
     /// A freeze or LoRA choice the model cannot take.
     #[error(transparent)]
     Peft(#[from] crate::peft::PeftError),
+    /// GPUs, a strategy or offload that cannot run together.
+    #[error(transparent)]
+    Parallel(#[from] crate::parallel::ParallelError),
 }
 
 impl From<Overflow> for EstimateError {
@@ -165,6 +168,24 @@ pub struct Estimate {
     pub reserved: Option<crate::allocator::Reserved>,
     /// Things the user should know (unsupported combinations, caveats).
     pub warnings: Vec<Warning>,
+    /// Where this rank stands among the data-parallel ranks.
+    pub ranks: RankReport,
+}
+
+/// The estimate among several GPUs: which rank it is, the batch all ranks make together, and
+/// what lies outside the GPU's allocator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RankReport {
+    /// Data-parallel ranks (GPUs × nodes).
+    pub data_parallel_ranks: u64,
+    /// `B_effective = B_micro × k × GPUs`: sequences per optimizer step over all ranks.
+    pub effective_batch: u64,
+    /// The rank the figures are for.
+    pub worst_rank: crate::parallel::WorstRank,
+    /// Host memory offloading needs (`None` without offload).
+    pub host_memory: Option<crate::parallel::HostMemory>,
+    /// NCCL's buffers, outside PyTorch's allocator (an allowance per communicator).
+    pub nccl_allowance: Bytes,
 }
 
 pub(crate) fn check_setup(setup: &TrainSetup) -> Result<(), EstimateError> {
@@ -181,6 +202,8 @@ pub(crate) fn check_setup(setup: &TrainSetup) -> Result<(), EstimateError> {
     if let crate::setup::Checkpointing::Every(n) = setup.checkpointing {
         check("checkpointing every-N", n, MAX_CHECKPOINT_INTERVAL)?;
     }
+    crate::parallel::check(setup)?;
+    crate::parallel::effective_batch(setup).ok_or(EstimateError::Overflow)?;
     Ok(())
 }
 
@@ -228,7 +251,9 @@ fn run(
     record: Option<usize>,
 ) -> Result<(Estimate, Option<crate::timeline::StepTimeline>), EstimateError> {
     check_setup(setup)?;
-    crate::peft::check(&spec.parameter_layout(), setup)?;
+    let layout = spec.parameter_layout();
+    crate::peft::check(&layout, setup)?;
+    crate::parallel::fsdp_padding(spec, &layout, setup)?;
     let mut recorder = record.map(|points| Recorder::new(points, simulated_micro_batches(setup)));
     let mut allocator = device.allocator.map(CachingAllocator::new);
     let mut observers: Vec<&mut dyn StreamObserver> = Vec::new();
@@ -249,8 +274,15 @@ fn summarize(
     step: StepResult,
     reserved: Option<crate::allocator::Reserved>,
 ) -> Estimate {
-    let StepResult { peak, peak_phase: phase, at_peak, phase_peaks: pp, model_states: states } =
-        step;
+    let StepResult {
+        peak,
+        peak_phase: phase,
+        at_peak,
+        phase_peaks: pp,
+        model_states: states,
+        worst_rank,
+        host_memory,
+    } = step;
     Estimate {
         peak_allocated: Bytes(peak),
         peak_phase: phase,
@@ -266,11 +298,19 @@ fn summarize(
         parameters: spec.parameter_count(),
         reserved,
         warnings: crate::warning::warnings(spec, setup),
+        ranks: RankReport {
+            data_parallel_ranks: setup.parallel.ranks(),
+            effective_batch: crate::parallel::effective_batch(setup).unwrap_or(u64::MAX),
+            worst_rank,
+            host_memory,
+            nccl_allowance: setup.parallel.nccl_allowance(),
+        },
     }
 }
 
 /// Model states for a bare parameter count (`--params 1B`): weights and gradients in the
-/// parameter dtype, optimizer state per parameter. Activations cannot be known without the
+/// parameter dtype, optimizer state per parameter, as one rank holds them under the setup's
+/// strategy (the count taken as one flat parameter). Activations cannot be known without the
 /// architecture. With `--optimizer-state-dtype int8` Adam's two states take 1 byte each (the
 /// idealisation of 8-bit Adam); `adamw-8bit` adds bitsandbytes' block-wise absmax.
 pub fn model_states_for_params(
@@ -280,17 +320,14 @@ pub fn model_states_for_params(
     if params == 0 {
         return Err(EstimateError::NoParameters);
     }
-    let dtype = setup.precision.param_dtype();
-    let weights = params.checked_mul(dtype.size()).ok_or(Overflow)?;
-    let one = crate::optim::Stepped { numel: params, matrix: None, dtype };
-    let state = OptimizerRun::new(setup, vec![one], false)?.persistent_state()?;
-    let total = weights.checked_mul(2).and_then(|x| x.checked_add(state)).ok_or(Overflow)?;
-    Ok(ModelStates {
-        parameters: Bytes(weights),
-        gradients: Bytes(weights),
-        optimizer_state: Bytes(state),
-        total: Bytes(total),
-    })
+    crate::parallel::check(setup)?;
+    // The same strategy code as the simulated step, over one parameter.
+    let dtypes = crate::parallel::Dtypes::of(setup);
+    let mut g = crate::graph::Graph::new(crate::timeline::Timeline::new(1, Vec::new()));
+    g.add_param(params, dtypes.compute, true, 0)?;
+    let ranks = crate::parallel::runtime::Ranks::new(&mut g, setup, None)?;
+    let opt = OptimizerRun::new(setup, ranks.stepped(&g), false)?;
+    Ok(ranks.model_states(&g, &opt)?)
 }
 
 /// The model states of a setup without simulating its step (for a planner's bounds).

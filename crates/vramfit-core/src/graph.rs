@@ -106,6 +106,13 @@ pub(crate) struct ParamState {
     pub(crate) shared: bool,
     /// The first contribution of a shared parameter, waiting in the input buffer.
     pub(crate) pending: Option<Tid>,
+    /// The layer it belongs to (`None`: the embeddings, the head, the root of a sharded model).
+    pub(crate) layer: Option<u64>,
+    /// torch's first dimension (the one FSDP shards); `numel` for a vector.
+    pub(crate) dim0: u64,
+    /// Its gradient is copied into a communication buffer the moment it is ready and freed
+    /// (DDP's bucket views, ZeRO's contiguous gradients), so no `.grad` stays.
+    pub(crate) grad_to_buffer: bool,
 }
 
 pub(crate) struct Graph<'o> {
@@ -164,8 +171,18 @@ impl<'o> Graph<'o> {
             matrix: None,
             shared: false,
             pending: None,
+            layer: None,
+            dim0: numel,
+            grad_to_buffer: false,
         });
         Ok(ParamId(self.params.len() - 1))
+    }
+
+    /// Where a parameter sits: its layer and torch's first dimension.
+    pub(crate) fn place_param(&mut self, p: ParamId, layer: Option<u64>, dim0: u64) {
+        let state = &mut self.params[p.0];
+        state.layer = layer;
+        state.dim0 = dim0;
     }
 
     /// A parameter's state.
@@ -400,6 +417,11 @@ impl<'o> Graph<'o> {
         } else {
             g
         };
+        if self.params[p.0].grad_to_buffer {
+            // Copied into the bucket (or the gradient partition) and freed.
+            self.tl.release(g);
+            return Ok(());
+        }
         let existing = self.params[p.0].grad;
         if existing.is_some() {
             // `.grad += new` in place.
@@ -517,7 +539,9 @@ impl<'o> Graph<'o> {
     pub(crate) fn keep_gradients(&mut self) -> Result<(), Overflow> {
         for i in 0..self.params.len() {
             let p = &self.params[i];
-            if p.trains && p.grad.is_none() {
+            // A gradient copied into a strategy's buffer as soon as it is ready (DDP's bucket
+            // views, ZeRO's contiguous gradients) has no `.grad` to keep.
+            if p.trains && p.grad.is_none() && !p.grad_to_buffer {
                 let bytes = p.grad_bytes();
                 let t = self.tl.alloc(Component::Gradients, bytes)?;
                 self.params[i].grad = Some(t);

@@ -7,6 +7,8 @@
 //! * [`units`] — [`Bytes`] and [`DType`], checked byte arithmetic; [`parse_count`] — `1B`, `7e9`.
 //! * [`setup`] — [`TrainSetup`]: batch, sequence, precision, optimizer, attention, checkpointing,
 //!   frozen parts and LoRA; [`peft`] — which parameters train and which linears carry adapters.
+//! * [`parallel`] — several GPUs: DDP, ZeRO-1/2/3, FSDP/HSDP and offload, simulated for the
+//!   worst rank in the same stream.
 //! * [`gpu`] — the GPU catalog (data file `data/gpus.json`); [`card`] — the whole-card verdict;
 //!   [`overhead`] — the CUDA context, library workspaces and NCCL by GPU generation
 //!   (`data/card.json`).
@@ -29,6 +31,7 @@ pub mod model;
 #[doc(hidden)]
 pub mod oracle_case;
 pub mod overhead;
+pub mod parallel;
 pub mod peft;
 pub mod plan;
 pub mod setup;
@@ -48,11 +51,12 @@ pub use count::parse_count;
 pub use device::{AutocastFp32Ops, Device, SdpaPolicy};
 pub use estimate::{
     Components, Estimate, EstimateError, MAX_GRAD_ACCUM, MAX_MICRO_BATCH, MAX_SEQ_LEN, ModelStates,
-    PhasePeaks, estimate, estimate_on, estimate_timeline, estimate_timeline_on, max_micro_batch,
-    model_states_for_params,
+    PhasePeaks, RankReport, estimate, estimate_on, estimate_timeline, estimate_timeline_on,
+    max_micro_batch, model_states_for_params,
 };
 pub use gpu::{Gpu, GpuCatalogError};
 pub use model::{Architecture, ConfigError, ModelSpec};
+pub use parallel::{HostMemory, Offload, Parallel, ParallelError, Strategy, WorstRank};
 pub use setup::{
     Attention, Checkpointing, Freeze, Lora, LoraTargets, LossKernel, Optimizer, OptimizerImpl,
     Precision, TrainSetup, TrainingLoop, UnknownName, ZeroGrad,

@@ -140,13 +140,23 @@ impl OptimizerRun {
 
     /// `optimizer.step()`: creates the state on the first call, then the step's temporaries.
     pub(crate) fn step(&mut self, g: &mut Graph) -> Result<(), Overflow> {
+        self.step_range(g, 0..self.params.len())
+    }
+
+    /// `optimizer.step()` over some of the parameters (DeepSpeed steps its sub-groups one at a
+    /// time): the state is created for all of them on the first call, the temporaries are
+    /// those of the range.
+    pub(crate) fn step_range(
+        &mut self,
+        g: &mut Graph,
+        range: std::ops::Range<usize>,
+    ) -> Result<(), Overflow> {
         self.create_state(g)?;
         let eight_bit = matches!(self.opt, Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit);
         // Each parameter's temporary: its elements in its state dtype.
-        let sizes = self
-            .params
+        let sizes = self.params[range.clone()]
             .iter()
-            .zip(&self.dtypes)
+            .zip(&self.dtypes[range])
             .map(|(p, d)| {
                 let size = if eight_bit { 0 } else { d.size() };
                 p.numel.checked_mul(size).map(|b| (b, p.matrix.is_some())).ok_or(Overflow)

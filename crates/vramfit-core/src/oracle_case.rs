@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::device::Device;
 use crate::model::ModelSpec;
+use crate::parallel::{Parallel, Strategy};
 use crate::setup::{
     Attention, Checkpointing, Optimizer, OptimizerImpl, Precision, TrainSetup, TrainingLoop,
     ZeroGrad,
@@ -67,6 +68,18 @@ pub struct OracleCase {
     /// Config keys changed from the catalog's.
     #[serde(default)]
     pub config_overrides: Option<Map<String, Value>>,
+    /// A sharded case (`validation/oracle_sharded.py`): the strategy (`fsdp`).
+    #[serde(default)]
+    pub strategy: Option<String>,
+    /// Its world size (the fake process group's; the case is rank 0).
+    #[serde(default)]
+    pub world_size: Option<u64>,
+    /// FSDP's `reshard_after_forward`.
+    #[serde(default)]
+    pub reshard_after_forward: Option<bool>,
+    /// HSDP: the ranks a parameter is sharded over (the rest replicate).
+    #[serde(default)]
+    pub shard_size: Option<u64>,
 }
 
 impl OracleCase {
@@ -118,6 +131,7 @@ impl OracleCase {
             training_loop: self.training_loop.parse::<TrainingLoop>().map_err(err)?,
             zero_grad: self.zero_grad.parse::<ZeroGrad>().map_err(err)?,
             use_cache: Some(self.use_cache),
+            parallel: self.parallel()?,
             ..TrainSetup::default()
         })
     }
@@ -126,6 +140,25 @@ impl OracleCase {
     /// the CUDA target; the others check the CPU target).
     pub fn emulates_cuda(&self) -> bool {
         self.emulate == "cuda"
+    }
+
+    /// The GPUs of a sharded case: `world_size` ranks on one node; for HSDP, nodes of
+    /// `shard_size` ranks (the shard group within a node, replicas across nodes).
+    fn parallel(&self) -> Result<Parallel, String> {
+        let Some(strategy) = &self.strategy else { return Ok(Parallel::default()) };
+        let strategy = strategy.parse::<Strategy>().map_err(|e| format!("{}: {e}", self.id))?;
+        let world = self.world_size.ok_or_else(|| format!("{}: no world_size", self.id))?;
+        let shard = self.shard_size.unwrap_or(world);
+        if shard == 0 || !world.is_multiple_of(shard) {
+            return Err(format!("{}: shard_size {shard} does not divide {world}", self.id));
+        }
+        Ok(Parallel {
+            gpus_per_node: shard,
+            nodes: world / shard,
+            strategy,
+            reshard_after_forward: self.reshard_after_forward.unwrap_or(true),
+            ..Parallel::default()
+        })
     }
 
     /// The device the case is estimated on: the CPU oracle (with CUDA's autocast lists when
@@ -278,6 +311,10 @@ impl GpuMeasurement {
             params: 0,
             oracle_seconds: 0.0,
             config_overrides: None,
+            strategy: None,
+            world_size: None,
+            reshard_after_forward: None,
+            shard_size: None,
         };
         as_case.setup()
     }

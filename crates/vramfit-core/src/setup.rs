@@ -5,6 +5,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::parallel::Parallel;
 use crate::units::DType;
 
 /// How weights and compute are typed.
@@ -312,6 +313,9 @@ pub struct TrainSetup {
     /// How the loss is computed (a fused, chunked cross-entropy never makes the logits).
     #[serde(default, skip_serializing_if = "LossKernel::is_standard")]
     pub loss: LossKernel,
+    /// The GPUs and how the data-parallel ranks share the model (default: one GPU).
+    #[serde(default, skip_serializing_if = "Parallel::is_single")]
+    pub parallel: Parallel,
 }
 
 /// What the training loop keeps of the model's output.
@@ -473,6 +477,7 @@ impl Default for TrainSetup {
             zero_grad: ZeroGrad::SetToNone,
             use_cache: None,
             loss: LossKernel::Standard,
+            parallel: Parallel::default(),
         }
     }
 }

@@ -31,6 +31,21 @@ pub enum Warning {
     PagedStateOutsideAllocator,
     /// Pure bf16 with torch Adam keeps bf16 state.
     PureBf16AdamState,
+    /// A multi-GPU strategy on one GPU: there is no other rank to share with.
+    StrategyOnOneGpu {
+        /// The strategy.
+        strategy: crate::parallel::Strategy,
+    },
+    /// ZeRO on one GPU without offload partitions over one rank: it saves nothing, and adds its
+    /// fp32 master copy and buckets.
+    ZeroOnOneGpu,
+    /// HSDP replicates across nodes; on one node it is FSDP.
+    HsdpOnOneNode,
+    /// Uneven FSDP shards: this much of each rank's sharded parameters is padding.
+    ShardPadding {
+        /// Tenths of a percent.
+        tenths_of_percent: u64,
+    },
 }
 
 impl fmt::Display for Warning {
@@ -57,6 +72,22 @@ impl fmt::Display for Warning {
             ),
             Warning::PureBf16AdamState => f.write_str(
                 "pure bf16 with torch Adam keeps bf16 optimizer states (no fp32 master copy)",
+            ),
+            Warning::StrategyOnOneGpu { strategy } => write!(
+                f,
+                "{strategy} on one GPU has no other rank to share with: the estimate is one GPU's, with {strategy}'s own buffers"
+            ),
+            Warning::ZeroOnOneGpu => f.write_str(
+                "ZeRO on one GPU partitions over a single rank: without offload it saves nothing and adds fp32 master weights and buckets",
+            ),
+            Warning::HsdpOnOneNode => {
+                f.write_str("hsdp replicates across nodes; on one node it shards like fsdp")
+            }
+            Warning::ShardPadding { tenths_of_percent } => write!(
+                f,
+                "uneven shards: {}.{}% of each rank's sharded parameters is padding (dim 0 is split into equal chunks)",
+                tenths_of_percent / 10,
+                tenths_of_percent % 10
             ),
         }
     }
@@ -98,6 +129,24 @@ pub(crate) fn warnings(spec: &ModelSpec, setup: &TrainSetup) -> Vec<Warning> {
         && setup.lora.is_none()
     {
         w.push(Warning::PureBf16AdamState);
+    }
+    let p = &setup.parallel;
+    if p.ranks() == 1 && p.strategy != crate::parallel::Strategy::None {
+        if p.strategy.zero_stage().is_some() {
+            if p.offload == crate::parallel::Offload::None {
+                w.push(Warning::ZeroOnOneGpu);
+            }
+        } else {
+            w.push(Warning::StrategyOnOneGpu { strategy: p.strategy });
+        }
+    }
+    if p.strategy == crate::parallel::Strategy::Hsdp && p.nodes == 1 && p.ranks() > 1 {
+        w.push(Warning::HsdpOnOneNode);
+    }
+    if let Ok(Some(tenths)) = crate::parallel::fsdp_padding(spec, &spec.parameter_layout(), setup)
+        && tenths >= 50
+    {
+        w.push(Warning::ShardPadding { tenths_of_percent: tenths });
     }
     w
 }

@@ -25,8 +25,13 @@ fn request<'a>(
     constraints: Constraints,
 ) -> PlanRequest<'a> {
     let visible = gpu.cuda_visible();
-    let budget =
-        CardBudget::new(visible, vramfit_core::overhead::cuda_context(gpu, vramfit_core::overhead::ModuleLoading::Lazy).bytes, card::default_margin(visible)).unwrap();
+    let budget = CardBudget::new(
+        visible,
+        vramfit_core::overhead::cuda_context(gpu, vramfit_core::overhead::ModuleLoading::Lazy)
+            .bytes,
+        card::default_margin(visible),
+    )
+    .unwrap();
     PlanRequest {
         spec,
         setup,

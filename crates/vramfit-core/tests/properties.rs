@@ -2,8 +2,8 @@
 
 use proptest::prelude::*;
 use vramfit_core::{
-    Attention, Checkpointing, DType, Device, LossKernel, ModelSpec, Optimizer, Precision,
-    TrainSetup, catalog, estimate, estimate_on,
+    Attention, Checkpointing, DType, Device, LossKernel, ModelSpec, Optimizer, Parallel, Precision,
+    Strategy as Sharding, TrainSetup, catalog, estimate, estimate_on,
 };
 
 const MODELS: &[&str] = &[
@@ -135,4 +135,110 @@ proptest! {
         prop_assert!(timeline.phases.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 != w[1].1));
         prop_assert_eq!(timeline.micro_batches, setup.grad_accum.min(2));
     }
+}
+
+// Several GPUs.
+
+fn on_gpus(setup: &TrainSetup, strategy: Sharding, gpus: u64) -> TrainSetup {
+    TrainSetup {
+        parallel: Parallel { gpus_per_node: gpus, strategy, ..Parallel::default() },
+        ..setup.clone()
+    }
+}
+
+fn multi_gpu_setup() -> impl Strategy<Value = TrainSetup> {
+    (
+        1u64..4,
+        prop::sample::select(vec![128u64, 512]),
+        prop::sample::select(vec![Precision::Fp32, Precision::Fp16Mixed, Precision::Bf16Mixed]),
+        prop::sample::select(vec![Optimizer::Adamw, Optimizer::SgdMomentum, Optimizer::Adamw8bit]),
+        any::<bool>(),
+        1u64..3,
+    )
+        .prop_map(|(micro_batch, seq_len, precision, optimizer, full, grad_accum)| {
+            TrainSetup {
+                micro_batch,
+                seq_len,
+                precision,
+                optimizer,
+                checkpointing: if full { Checkpointing::Full } else { Checkpointing::None },
+                grad_accum,
+                ..TrainSetup::default()
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Under ZeRO-3 and FSDP a rank never holds more when the GPUs are doubled (up to 64): its
+    /// shards halve, while the layers it gathers stay whole (they grow only by the padding
+    /// rows of uneven shards, which the halved shards outweigh at these sizes).
+    #[test]
+    fn per_rank_memory_never_grows_when_gpus_are_added(
+        m in 0usize..7,
+        setup in multi_gpu_setup(),
+        strategy in prop::sample::select(vec![Sharding::Zero3, Sharding::Fsdp]),
+        gpus in prop::sample::select(vec![1u64, 2, 4, 8, 16, 32]),
+        cpu in any::<bool>(),
+    ) {
+        let s = spec(m);
+        let device = if cpu { Device::CPU_ORACLE } else { Device::CUDA };
+        let fewer = estimate_on(&s, &on_gpus(&setup, strategy, gpus), &device).unwrap();
+        let more = estimate_on(&s, &on_gpus(&setup, strategy, 2 * gpus), &device).unwrap();
+        prop_assert!(more.peak_allocated <= fewer.peak_allocated,
+            "{strategy} on {} GPUs: {} > {} on {gpus}", 2 * gpus, more.peak_allocated, fewer.peak_allocated);
+        prop_assert!(more.model_states <= fewer.model_states);
+    }
+
+    /// For the model states of a rank on 2+ GPUs: ZeRO-3 ≤ ZeRO-2 ≤ ZeRO-1 ≤ DDP.
+    #[test]
+    fn zero_stages_hold_fewer_model_states_than_ddp(
+        m in 0usize..7,
+        setup in multi_gpu_setup(),
+        gpus in prop::sample::select(vec![2u64, 3, 4, 8, 64]),
+    ) {
+        let s = spec(m);
+        let states = |strategy| {
+            estimate(&s, &on_gpus(&setup, strategy, gpus)).unwrap().model_states
+        };
+        let (z3, z2, z1, ddp) =
+            (states(Sharding::Zero3), states(Sharding::Zero2), states(Sharding::Zero1), states(Sharding::Ddp));
+        prop_assert!(z3 <= z2 && z2 <= z1 && z1 <= ddp, "{z3} {z2} {z1} {ddp}");
+    }
+
+    /// `--gpus 1 --strategy ddp` is the one-GPU step plus what DDP really adds: its gradient
+    /// buckets, allocated before the first forward and kept, so every moment of the step, and
+    /// so every peak, is higher by exactly their size (counted without rounding here).
+    #[test]
+    fn ddp_on_one_gpu_adds_only_its_buckets(m in 0usize..7, setup in multi_gpu_setup()) {
+        let s = spec(m);
+        let device = Device::CPU_ORACLE;
+        let single = estimate_on(&s, &setup, &device).unwrap();
+        let ddp = estimate_on(&s, &on_gpus(&setup, Sharding::Ddp, 1), &device).unwrap();
+        let buckets = ddp.model_states_detail.gradients.get() - single.model_states_detail.gradients.get();
+        let grads = single.model_states_detail.gradients.get();
+        prop_assert_eq!(buckets, grads, "the buckets hold one copy of every gradient");
+        prop_assert_eq!(ddp.model_states_detail.parameters, single.model_states_detail.parameters);
+        prop_assert_eq!(ddp.model_states_detail.optimizer_state, single.model_states_detail.optimizer_state);
+        for ((_, a), (_, b)) in single.phase_peaks.entries().into_iter().zip(ddp.phase_peaks.entries()) {
+            prop_assert_eq!(b.get() - a.get(), buckets);
+        }
+        prop_assert_eq!(ddp.peak_allocated.get() - single.peak_allocated.get(), buckets);
+        // With the gradients as views into the buckets, that second copy goes.
+        let view = TrainSetup {
+            parallel: Parallel {
+                ddp: vramfit_core::parallel::DdpConfig { gradient_as_bucket_view: true, ..Default::default() },
+                ..ddp_parallel()
+            },
+            ..setup.clone()
+        };
+        let view = estimate_on(&s, &view, &device).unwrap();
+        prop_assert_eq!(view.model_states, single.model_states);
+        prop_assert!(view.peak_allocated <= ddp.peak_allocated);
+    }
+}
+
+fn ddp_parallel() -> Parallel {
+    Parallel { strategy: Sharding::Ddp, ..Parallel::default() }
 }

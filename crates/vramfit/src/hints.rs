@@ -6,7 +6,7 @@ use vramfit_core::allocator::AllocConfError;
 use vramfit_core::card::CardError;
 use vramfit_core::gpu::GpuCatalogError;
 use vramfit_core::peft::PeftError;
-use vramfit_core::{ConfigError, EstimateError, Warning};
+use vramfit_core::{ConfigError, EstimateError, ParallelError, Strategy, Warning};
 
 /// A one-line hint for an error.
 pub trait Hint {
@@ -23,6 +23,36 @@ impl Hint for EstimateError {
             EstimateError::Overflow => "reduce --batch or --seq-len; no GPU holds this".into(),
             EstimateError::NoParameters => "pass a positive count such as --params 1B".into(),
             EstimateError::Peft(e) => e.hint(),
+            EstimateError::Parallel(e) => e.hint(),
+        }
+    }
+}
+
+impl Hint for ParallelError {
+    fn hint(&self) -> String {
+        match self {
+            ParallelError::OutOfRange { field, .. } => {
+                format!("pass a positive, realistic --{field}, such as --gpus 8 --nodes 2")
+            }
+            ParallelError::OffloadUnsupported { strategy, .. } => match strategy {
+                Strategy::Zero1 | Strategy::Zero2 => {
+                    "ZeRO-1/2 offload only the optimizer: use --offload optimizer, or --strategy zero3 to offload parameters".into()
+                }
+                Strategy::Fsdp | Strategy::Hsdp => {
+                    "FSDP's CPU offload moves parameters, gradients and the optimizer together: use --offload params".into()
+                }
+                _ => "offload needs a sharding strategy: --strategy zero2 --offload optimizer, or --strategy zero3 / fsdp --offload params".into(),
+            },
+            ParallelError::ReshardWithoutFsdp(_) => {
+                "drop --reshard-after-forward, or use --strategy fsdp".into()
+            }
+            ParallelError::ZeroPureBf16 => {
+                "use --precision bf16-mixed (DeepSpeed's bf16 mode), or --strategy fsdp for pure bf16".into()
+            }
+            ParallelError::ZeroBucket(flag) => format!("give --{flag} a positive size"),
+            ParallelError::IdleRanks { largest_dim0, .. } => format!(
+                "use at most {largest_dim0} GPUs for FSDP, or --strategy zero3, which partitions flattened parameters"
+            ),
         }
     }
 }
@@ -132,6 +162,15 @@ pub fn warning(w: &Warning) -> String {
         Warning::StateDtypeIgnored => {
             "bitsandbytes 8-bit optimizers keep uint8 state; --optimizer-state-dtype is ignored"
                 .into()
+        }
+        Warning::StrategyOnOneGpu { strategy } => format!(
+            "--strategy {strategy} on one GPU has no other rank to share with: the estimate is one GPU's, with {strategy}'s own buffers; pass --gpus N"
+        ),
+        Warning::ZeroOnOneGpu => {
+            "ZeRO on one GPU saves nothing without offload (it adds fp32 master weights and buckets): add --offload optimizer, or pass --gpus N".into()
+        }
+        Warning::HsdpOnOneNode => {
+            "--strategy hsdp on one node shards like fsdp: pass --nodes M to replicate across nodes".into()
         }
         other => other.to_string(),
     }

@@ -269,7 +269,8 @@ impl<'r, 'a> Search<'r, 'a> {
             let known = states.entry(key).or_insert_with(|| {
                 // None: a combination the model cannot take (LoRA targets it lacks), or one
                 // that overflows.
-                crate::estimate::model_states_on(req.spec, &smallest.setup, &device(req, &config)).ok()
+                crate::estimate::model_states_on(req.spec, &smallest.setup, &device(req, &config))
+                    .ok()
             });
             let Some(known) = *known else {
                 self.stats.pruned += m;

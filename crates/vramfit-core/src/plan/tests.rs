@@ -16,9 +16,12 @@ pub(super) fn request<'a>(
 ) -> PlanRequest<'a> {
     let choice = gpu::resolve(gpu_id).unwrap();
     let visible = choice.cuda_visible();
-    let budget =
-        CardBudget::new(visible, crate::overhead::cuda_context(&choice, crate::overhead::ModuleLoading::Lazy).bytes, crate::card::default_margin(visible))
-            .unwrap();
+    let budget = CardBudget::new(
+        visible,
+        crate::overhead::cuda_context(&choice, crate::overhead::ModuleLoading::Lazy).bytes,
+        crate::card::default_margin(visible),
+    )
+    .unwrap();
     PlanRequest {
         spec,
         setup,

@@ -19,10 +19,12 @@ use crate::device::Device;
 use crate::estimate::ModelStates;
 use crate::graph::{Boundary, Checkpoint, Graph};
 use crate::model::ModelSpec;
+use crate::parallel::runtime::Ranks;
+use crate::parallel::{HostMemory, WorstRank};
 use crate::setup::{TrainSetup, TrainingLoop, ZeroGrad};
 use crate::timeline::Phase;
 use crate::timeline::{ByComponent, Component, StreamObserver, Tid, Timeline};
-use crate::units::{Bytes, DType, Overflow};
+use crate::units::{DType, Overflow};
 
 /// A tensor in flight: its storage, dtype and element count.
 #[derive(Debug, Clone, Copy)]
@@ -93,13 +95,21 @@ struct Kept {
 
 /// The forward of one micro-batch up to the model's return: the loss, the storages the output
 /// object holds (the KV cache's keys and values, the logits, the loss; one reference each)
-/// and the last hidden state (the caller's to drop).
-fn forward(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<(Tensor, Vec<Tid>, Tid)> {
+/// and the last hidden state (the caller's to drop). The strategy acts at the model's and the
+/// layers' boundaries.
+fn forward(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    m: &Model,
+    ranks: &mut Ranks,
+) -> Result<(Tensor, Vec<Tid>, Tid)> {
     let s = cx.spec;
+    ranks.forward_start(g)?;
     let mut x = embed(g, cx, m)?;
     let shared = layer_inputs(g, cx)?;
     for layer in 0..s.n_layers as usize {
         g.begin_layer(layer);
+        ranks.pre_forward(g, layer)?;
         let y = if cx.setup.checkpointing.checkpoints_layer(layer as u64) {
             g.saving = false;
             let mark = g.mark();
@@ -113,6 +123,7 @@ fn forward(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<(Tensor, Vec<Ti
             g.end_layer(layer);
             y
         };
+        ranks.post_forward(g, layer)?;
         g.drop(x.id);
         x = y;
     }
@@ -137,14 +148,20 @@ fn forward(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<(Tensor, Vec<Ti
 }
 
 /// One micro-batch: forward, loss, backward.
-fn micro_batch(g: &mut Graph, cx: &Context<'_>, m: &Model, kept: &mut Kept) -> Result<()> {
+fn micro_batch(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    m: &Model,
+    kept: &mut Kept,
+    ranks: &mut Ranks,
+) -> Result<()> {
     g.tl.set_phase(Phase::Forward);
     let ids = g.alloc(mul(cx.tokens, 8)?)?;
     // `for batch in loader`: the new batch replaces the one the loop still held.
     if let Some(previous) = kept.batch.take() {
         g.drop(previous);
     }
-    let (loss, outputs, hidden) = forward(g, cx, m)?;
+    let (loss, outputs, hidden) = forward(g, cx, m, ranks)?;
     match cx.setup.training_loop {
         // `loss = model(**batch).loss`: the output object goes at once.
         TrainingLoop::Trainer => {
@@ -162,10 +179,13 @@ fn micro_batch(g: &mut Graph, cx: &Context<'_>, m: &Model, kept: &mut Kept) -> R
         }
     }
     g.drop(hidden);
+    ranks.forward_end(g);
     g.clear_autocast_cache();
     g.tl.set_phase(Phase::Backward);
     g.seed_grad(loss.id, 4)?;
-    backward(g, cx, m)?;
+    ranks.backward_start(g)?;
+    backward(g, cx, m, ranks)?;
+    ranks.backward_end(g)?;
     g.drop(loss.id);
     match cx.setup.training_loop {
         TrainingLoop::Trainer => g.drop(ids),
@@ -174,9 +194,11 @@ fn micro_batch(g: &mut Graph, cx: &Context<'_>, m: &Model, kept: &mut Kept) -> R
     Ok(())
 }
 
-/// Backward, acting at layer boundaries: a checkpointed layer's forward is replayed (with
-/// saving) when backward enters it, and what it kept is released when backward leaves it.
-fn backward(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<()> {
+/// Backward, acting at layer boundaries: the strategy gathers a layer's parameters when
+/// backward enters it and reduces its gradients when backward leaves it; a checkpointed
+/// layer's forward is replayed (with saving) after it is entered, and what it kept is released
+/// when backward leaves it.
+fn backward(g: &mut Graph, cx: &Context<'_>, m: &Model, ranks: &mut Ranks) -> Result<()> {
     /// A replayed layer, until backward leaves it.
     struct Replayed {
         layer: usize,
@@ -186,7 +208,9 @@ fn backward(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<()> {
     let mut replayed: Vec<Replayed> = Vec::new();
     while let Some(boundary) = g.backward_to_boundary()? {
         match boundary {
-            Boundary::LayerEnd { layer, checkpoint: Some(checkpoint) } => {
+            Boundary::LayerEnd { layer, checkpoint } => {
+                ranks.pre_backward(g, layer)?;
+                let Some(checkpoint) = checkpoint else { continue };
                 let incoming = g.take_grad(checkpoint.output);
                 let x = Tensor {
                     id: checkpoint.input,
@@ -202,6 +226,7 @@ fn backward(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<()> {
                 replayed.push(Replayed { layer, output: y.id, checkpoint });
             }
             Boundary::LayerStart { layer } => {
+                ranks.post_backward(g, layer)?;
                 if replayed.last().is_some_and(|r| r.layer == layer) {
                     let r = replayed.pop().expect("checked above");
                     // A replayed output nobody consumed keeps no gradient.
@@ -214,7 +239,6 @@ fn backward(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<()> {
                     }
                 }
             }
-            Boundary::LayerEnd { checkpoint: None, .. } => {}
         }
     }
     assert!(replayed.is_empty(), "a replayed layer was never left");
@@ -239,6 +263,10 @@ pub(crate) struct StepResult {
     pub(crate) phase_peaks: [u64; 4],
     /// Parameters, gradients, optimizer state.
     pub(crate) model_states: ModelStates,
+    /// The rank simulated.
+    pub(crate) worst_rank: WorstRank,
+    /// Host memory offloading takes.
+    pub(crate) host_memory: Option<HostMemory>,
 }
 
 /// Micro-batches simulated for a setup.
@@ -264,14 +292,16 @@ pub(crate) fn simulate(
 
 impl<'a> Context<'a> {
     fn new(spec: &'a ModelSpec, setup: &'a TrainSetup, device: &'a Device) -> Result<Context<'a>> {
-        let precision = setup.precision;
+        // Autocast over the parameters' dtype, or a framework's mixed precision (the model's
+        // parameters in 16 bits, the master copies held by the strategy).
+        let dtypes = crate::parallel::Dtypes::of(setup);
         Ok(Context {
             spec,
             setup,
             tokens: mul(setup.micro_batch, setup.seq_len)?,
-            param_dtype: precision.param_dtype(),
-            compute_dtype: precision.compute_dtype(),
-            autocast: precision.autocast(),
+            param_dtype: dtypes.compute,
+            compute_dtype: setup.precision.compute_dtype(),
+            autocast: dtypes.autocast,
             device,
             adapters: &[],
             kv_cache: setup.kv_cache(spec),
@@ -291,11 +321,15 @@ fn simulate_micro_batches(
     let mut g = Graph::new(Timeline::new(device.allocation_granularity, observers));
     let model = build_model(&mut g, &cx, layout)?;
     let cx = Context { adapters: &model.adapters, ..cx };
+    // The strategy wraps the model: shards it, allocates its buffers.
+    let mut ranks = Ranks::new(&mut g, setup, Some(spec.n_layers))?;
+    let persistent_gradients = g.tl.live()[Component::Gradients as usize];
     for &bytes in device.workspaces {
         g.tl.alloc(Component::Workspace, bytes)?;
     }
-    let mut opt = optimizer_run(&g, setup, device)?;
-    let model_states = model_states(&g, &opt)?;
+    let stepped = ranks.stepped(&g);
+    let mut opt = crate::optim::OptimizerRun::new(setup, stepped, device.step_counters_on_device)?;
+    let model_states = ranks.model_states(&g, &opt)?;
     // The steady state: the optimizer state exists before the forward (the previous step
     // created it). The first iteration of a run is the same stream without that state, and
     // its first `step()` creates the state with every gradient alive, which is exactly the
@@ -322,13 +356,14 @@ fn simulate_micro_batches(
     }
     let handles: Vec<Tid> = kept.batch.iter().chain(&kept.outputs).copied().collect();
     for _ in 0..micro_batches {
-        micro_batch(&mut g, &cx, &model, &mut kept)?;
+        micro_batch(&mut g, &cx, &model, &mut kept, &mut ranks)?;
     }
     g.tl.set_phase(Phase::OptimizerStep);
-    opt.step(&mut g)?;
+    ranks.step(&mut g, &mut opt)?;
     if setup.zero_grad == ZeroGrad::SetToNone {
         g.zero_grad();
     }
+    ranks.zero_grad(&mut g);
     // The custom loop's last batch and outputs become the next step's: the same storages
     // under the handles this step started with, so that the stream repeats step after step.
     let last: Vec<Tid> = kept.batch.take().into_iter().chain(kept.outputs.drain(..)).collect();
@@ -339,6 +374,7 @@ fn simulate_micro_batches(
         g.tl.revive(*handle, component, bytes)?;
     }
     // What the next iteration starts from: the model, its state and workspaces, the
+    // strategy's persistent gradient buffers (DDP's buckets, ZeRO-3's partitions), the
     // gradients `set_to_none=False` keeps and what the custom loop keeps.
     let kept_bytes =
         |c: Component| previous.iter().filter(|&&(_, k)| k == c).map(|&(b, _)| b).sum::<u64>();
@@ -347,10 +383,22 @@ fn simulate_micro_batches(
         assert_eq!(live[c as usize], kept_bytes(c), "{} alive after zero_grad", c.name());
     }
     if setup.zero_grad == ZeroGrad::SetToNone {
-        assert_eq!(live[Component::Gradients as usize], 0, "gradients alive after zero_grad");
+        assert_eq!(
+            live[Component::Gradients as usize],
+            persistent_gradients,
+            "gradients alive after zero_grad"
+        );
     }
     let (peak, peak_phase, at_peak) = g.tl.peak();
-    Ok(StepResult { peak, peak_phase, at_peak, phase_peaks: g.tl.phase_peaks(), model_states })
+    Ok(StepResult {
+        peak,
+        peak_phase,
+        at_peak,
+        phase_peaks: g.tl.phase_peaks(),
+        model_states,
+        worst_rank: ranks.worst_rank(&g),
+        host_memory: ranks.host_memory(&g, setup)?,
+    })
 }
 
 /// What the custom loop keeps between steps, in the order the step makes it: the batch, then
@@ -362,27 +410,13 @@ fn kept_sizes(
 ) -> Result<Vec<(u64, Component)>> {
     let mut g = Graph::new(Timeline::new(cx.device.allocation_granularity, Vec::new()));
     let model = build_model(&mut g, cx, layout)?;
+    let mut ranks = Ranks::new(&mut g, cx.setup, Some(cx.spec.n_layers))?;
     let batch = g.alloc(mul(cx.tokens, 8)?)?;
-    let (_, outputs, _) = forward(&mut g, cx, &model)?;
+    let (_, outputs, _) = forward(&mut g, cx, &model, &mut ranks)?;
     Ok(std::iter::once(batch)
         .chain(outputs)
         .map(|t| (g.tl.bytes_of(t), Component::Temporaries))
         .collect())
-}
-
-/// The optimizer over the parameters that train.
-fn optimizer_run(
-    g: &Graph,
-    setup: &TrainSetup,
-    device: &Device,
-) -> Result<crate::optim::OptimizerRun> {
-    let stepped = g
-        .params
-        .iter()
-        .filter(|p| p.trains)
-        .map(|p| crate::optim::Stepped { numel: p.numel, matrix: p.matrix, dtype: p.dtype })
-        .collect();
-    crate::optim::OptimizerRun::new(setup, stepped, device.step_counters_on_device)
 }
 
 /// The model states of a setup without simulating its step: what is alive when
@@ -399,29 +433,10 @@ pub(crate) fn model_states_only(
     let cx = Context::new(spec, setup, device)?;
     let mut g = Graph::new(Timeline::new(device.allocation_granularity, Vec::new()));
     build_model(&mut g, &cx, &layout)?;
-    let opt = optimizer_run(&g, setup, device)?;
-    Ok((model_states(&g, &opt)?, opt.paged_state()?))
-}
-
-/// Parameters, gradients and optimizer state as the step holds them: every parameter's
-/// storage, the gradients of those that train, and the optimizer's persistent state.
-fn model_states(g: &Graph, opt: &crate::optim::OptimizerRun) -> Result<ModelStates> {
-    let sum = |f: &dyn Fn(&crate::graph::ParamState) -> u64| {
-        g.params.iter().try_fold(0u64, |a, p| a.checked_add(f(p))).ok_or(Overflow)
-    };
-    let parameters = sum(&|p| p.resident)?;
-    let gradients = sum(&|p| if p.trains { p.grad_bytes() } else { 0 })?;
-    let optimizer_state = opt.persistent_state()?;
-    let total = parameters
-        .checked_add(gradients)
-        .and_then(|x| x.checked_add(optimizer_state))
-        .ok_or(Overflow)?;
-    Ok(ModelStates {
-        parameters: Bytes(parameters),
-        gradients: Bytes(gradients),
-        optimizer_state: Bytes(optimizer_state),
-        total: Bytes(total),
-    })
+    let ranks = Ranks::new(&mut g, setup, Some(spec.n_layers))?;
+    let opt =
+        crate::optim::OptimizerRun::new(setup, ranks.stepped(&g), device.step_counters_on_device)?;
+    Ok((ranks.model_states(&g, &opt)?, opt.paged_state()?))
 }
 
 #[cfg(test)]
@@ -433,6 +448,7 @@ mod tests {
     use super::{Context, Graph, Timeline, build_model, simulate_micro_batches};
     use crate::device::Device;
     use crate::layout::ParameterLayout;
+    use crate::parallel::{Offload, Parallel, Strategy as Sharding};
     use crate::setup::{Checkpointing, Optimizer, Precision, TrainSetup, TrainingLoop, ZeroGrad};
     use crate::timeline::{Component, Phase, StreamEvent, StreamObserver, StreamState};
     use crate::{ModelSpec, catalog};
@@ -614,6 +630,118 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn strategy_setup(
+        strategy: Sharding,
+        gpus: u64,
+        offload: Offload,
+        reshard_after_forward: bool,
+        precision: Precision,
+        full: bool,
+        grad_accum: u64,
+    ) -> TrainSetup {
+        TrainSetup {
+            micro_batch: 1,
+            seq_len: 64,
+            precision,
+            checkpointing: if full { Checkpointing::Full } else { Checkpointing::None },
+            grad_accum,
+            parallel: Parallel {
+                gpus_per_node: gpus,
+                strategy,
+                offload,
+                reshard_after_forward: reshard_after_forward || !strategy.is_fsdp(),
+                ..Parallel::default()
+            },
+            ..TrainSetup::default()
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// Every strategy frees each storage once, and the step ends with nothing alive but the
+        /// model (its shards, flat buffers, master copies), its optimizer state, workspaces and
+        /// the strategy's persistent gradient buffers (the step asserts that their total is
+        /// what the strategy allocated before the first forward).
+        #[test]
+        fn every_strategy_frees_each_storage_once(
+            m in 0usize..MODELS.len(),
+            strategy in prop::sample::select(Sharding::ALL.to_vec()),
+            gpus in prop::sample::select(vec![1u64, 2, 3, 8]),
+            offload in prop::sample::select(Offload::ALL.to_vec()),
+            reshard in any::<bool>(),
+            precision in prop::sample::select(vec![Precision::Fp32, Precision::Bf16Mixed, Precision::Bf16]),
+            full in any::<bool>(),
+            accum in 1u64..3,
+            cpu in any::<bool>(),
+        ) {
+            let setup = strategy_setup(strategy, gpus, offload, reshard, precision, full, accum);
+            prop_assume!(crate::parallel::check(&setup).is_ok());
+            let spec = spec(MODELS[m]);
+            let device = if cpu { Device::CPU_ORACLE } else { Device::CUDA };
+            let mut ledger = Ledger::default();
+            simulate_micro_batches(&spec, &spec.parameter_layout(), &setup, &device, vec![&mut ledger], accum).unwrap();
+            prop_assert!(ledger.frees > 0);
+            for (bytes, component) in ledger.live.values() {
+                prop_assert!(
+                    matches!(component, Component::Parameters | Component::OptimizerState | Component::Workspace | Component::Gradients),
+                    "{} bytes of {} alive after the step", bytes, component.name()
+                );
+            }
+        }
+
+        /// The two-micro-batch shortcut holds under every strategy: sharded gradients
+        /// accumulate into what the second micro-batch left, so a third changes no peak.
+        #[test]
+        fn strategies_repeat_the_second_micro_batch(
+            m in 0usize..MODELS.len(),
+            strategy in prop::sample::select(Sharding::ALL.to_vec()),
+            gpus in prop::sample::select(vec![2u64, 4]),
+            offload in prop::sample::select(Offload::ALL.to_vec()),
+            full in any::<bool>(),
+        ) {
+            let setup = strategy_setup(strategy, gpus, offload, true, Precision::Bf16Mixed, full, 4);
+            prop_assume!(crate::parallel::check(&setup).is_ok());
+            let spec = spec(MODELS[m]);
+            let layout = spec.parameter_layout();
+            let two = run(&spec, &layout, &setup, &Device::CUDA, 2);
+            prop_assert_eq!(&two, &run(&spec, &layout, &setup, &Device::CUDA, 3));
+        }
+    }
+
+    /// FSDP gathers each layer in its pre-forward and frees it in its post-forward: at the
+    /// forward's peak a rank holds its shards, the root and at most two layers gathered (one
+    /// computing, one all-gather output kept for the next copy-in); without resharding every
+    /// layer stays gathered until backward.
+    #[test]
+    fn fsdp_holds_one_gathered_layer_in_forward_unless_it_does_not_reshard() {
+        let spec = spec("llama-3.2-1b");
+        let layout = spec.parameter_layout();
+        let run_with = |reshard| {
+            let setup = strategy_setup(
+                Sharding::Fsdp,
+                8,
+                Offload::None,
+                reshard,
+                Precision::Bf16Mixed,
+                false,
+                1,
+            );
+            run(&spec, &layout, &setup, &Device::CPU_ORACLE, 1)
+        };
+        let (full_shard, grad_op) = (run_with(true), run_with(false));
+        let layer: u64 = layout.layer.iter().map(|d| d.shape.numel().unwrap()).sum();
+        // bf16 gathered layers: the no-reshard forward ends holding all 16, the full-shard one
+        // one or two (where the activations peak is not quite the same moment).
+        let more = grad_op.phase_peaks[0] - full_shard.phase_peaks[0];
+        assert!(more >= 12 * layer * 2 && more <= 16 * layer * 2, "{more} vs {}", layer * 2);
+        // The model states are the same: the shards.
+        assert_eq!(full_shard.model_states, grad_op.model_states);
+        let sharded = spec.parameter_count().div_ceil(8) * 4;
+        assert!(full_shard.model_states.parameters.get() >= sharded);
+        assert!(full_shard.model_states.parameters.get() < sharded + sharded / 100);
     }
 
     /// The step simulates exactly the layout's parameters: the same tensors, the same count.

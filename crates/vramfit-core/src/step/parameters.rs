@@ -66,8 +66,13 @@ pub(crate) fn build_model(
         head_bias: None,
         adapters: Vec::new(),
     };
-    // PEFT's adapters are fp32 whatever the base (`autocast_adapter_dtype=True`).
-    let adapter_dtype = DType::F32;
+    // PEFT's adapters are fp32 whatever the base (`autocast_adapter_dtype=True`), unless a
+    // framework's mixed precision casts the whole module to 16 bits (DeepSpeed, FSDP's
+    // `param_dtype`).
+    let adapter_dtype =
+        if cx.setup.parallel.strategy.owns_mixed_precision() { cx.param_dtype } else { DType::F32 };
+    // Each parameter as a tensor of its own, unless the strategy shards them.
+    let whole = crate::parallel::runtime::whole_parameters(cx.setup);
     for (layer, decl) in layout.iter() {
         let numel = decl.shape.numel().ok_or(Overflow)?;
         let cast =
@@ -76,11 +81,17 @@ pub(crate) fn build_model(
         if lora.is_some_and(|l| crate::peft::saved_in_full(l, decl)) {
             // ModulesToSaveWrapper: the original stays, frozen; the forward uses a copy.
             let original = g.add_param(numel, cx.param_dtype, false, 0)?;
-            g.tl.alloc(Component::Parameters, g.param(original).resident)?;
+            g.place_param(original, layer, crate::parallel::shard::dim0(cx.spec, decl));
+            if whole {
+                g.tl.alloc(Component::Parameters, g.param(original).resident)?;
+            }
         }
         let trains = crate::peft::trains(cx.setup, layer, decl);
         let id = g.add_param(numel, cx.param_dtype, trains, cast)?;
-        g.tl.alloc(Component::Parameters, g.param(id).resident)?;
+        g.place_param(id, layer, crate::parallel::shard::dim0(cx.spec, decl));
+        if whole {
+            g.tl.alloc(Component::Parameters, g.param(id).resident)?;
+        }
         if let Some((rows, cols)) = decl.shape.matrix() {
             g.set_matrix(id, rows, cols);
             if let Some(l) = lora
@@ -90,7 +101,11 @@ pub(crate) fn build_model(
                     let n = mul(r, c)?;
                     let cast = if cx.autocast { mul(n, cx.compute_dtype.size())? } else { 0 };
                     let p = g.add_param(n, adapter_dtype, true, cast)?;
-                    g.tl.alloc(Component::Parameters, g.param(p).resident)?;
+                    // `lora_A` is `[r, in]`, `lora_B` `[out, r]`.
+                    g.place_param(p, layer, r);
+                    if whole {
+                        g.tl.alloc(Component::Parameters, g.param(p).resident)?;
+                    }
                     g.set_matrix(p, r, c);
                     Ok(p)
                 };

@@ -161,7 +161,7 @@ fn check_schema(name: &str, description: &str, outputs: &[Value], free: &[&str])
 #[test]
 fn estimate_schema() {
     let dir = root();
-    let invocations: [&[&str]; 6] = [
+    let invocations: [&[&str]; 8] = [
         &["--model", "gpt2"],
         &["--model", "gpt2", "--gpu", "a100-80gb"],
         &[
@@ -188,6 +188,19 @@ fn estimate_schema() {
             "--gpu",
             "24GiB",
         ],
+        &[
+            "--model",
+            "llama-3.2-1b",
+            "--gpus",
+            "8",
+            "--strategy",
+            "zero3",
+            "--offload",
+            "optimizer",
+            "--gpu",
+            "h100-80gb",
+        ],
+        &["--params", "7B", "--gpus", "4", "--nodes", "2", "--strategy", "fsdp"],
     ];
     let outputs: Vec<Value> = invocations
         .iter()

@@ -45,8 +45,30 @@ pub fn setup_json(setup: &TrainSetup) -> Value {
             "optimizer_state_dtype".into(),
             setup.optimizer_state_dtype.map_or(Value::Null, |d| json!(dtype_name(d))),
         );
+        // Always present (one shape whatever the input), one GPU included.
+        obj.insert("parallel".into(), json!(setup.parallel));
     }
     value
+}
+
+/// Where the figures stand among the GPUs: the data-parallel ranks, the seed article's
+/// `B_effective = B_micro × k × GPUs`, the rank described (null for a bare parameter count),
+/// the host memory offloading needs (its fields null without offload) and NCCL's allowance.
+fn ranks_json(setup: &TrainSetup, report: Option<&vramfit_core::RankReport>) -> Value {
+    let host = report.and_then(|r| r.host_memory);
+    json!({
+        "data_parallel_ranks": setup.parallel.ranks(),
+        "effective_batch": vramfit_core::parallel::effective_batch(setup),
+        "worst_rank": report.map(|r| r.worst_rank),
+        "host_memory": {
+            "per_rank_bytes": host.map(|h| h.per_rank.get()),
+            "pinned_per_rank_bytes": host.map(|h| h.pinned_per_rank.get()),
+            "ranks_per_node": host.map(|h| h.ranks_per_node),
+            "per_node_bytes": host.map(|h| h.per_node.get()),
+            "pinned_per_node_bytes": host.map(|h| h.pinned_per_node.get()),
+        },
+        "nccl_allowance_bytes": setup.parallel.nccl_allowance().get(),
+    })
 }
 
 /// Renders a report as one JSON object and a newline.
@@ -100,6 +122,7 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
                 .map(|(phase, bytes)| (phase.to_string(), json!(bytes.get())))
                 .collect();
             obj.insert("phase_peaks".into(), Value::Object(phases));
+            obj.insert("ranks".into(), ranks_json(setup, Some(&estimate.ranks)));
             (setup, verdict, warnings)
         }
         Report::StatesOnly { parameters, setup, states, verdict, warnings, target } => {
@@ -143,6 +166,7 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
                 "phase_peaks".into(),
                 json!({"forward": null, "loss": null, "backward": null, "optimizer_step": null}),
             );
+            obj.insert("ranks".into(), ranks_json(setup, None));
             (setup, verdict, warnings)
         }
     };

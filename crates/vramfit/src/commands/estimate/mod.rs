@@ -1,6 +1,7 @@
 //! `vramfit estimate`: the peak memory of one training step, and whether it fits a GPU.
 
 pub(crate) mod json;
+pub(crate) mod parallel_args;
 mod setup_args;
 pub mod svg;
 pub(crate) mod text;
@@ -116,6 +117,8 @@ pub struct Verdict {
     pub cuda_context_bytes: u64,
     /// Where that figure comes from: `given`, `observed`, `derived`, `eager` or `default`.
     pub cuda_context_basis: &'static str,
+    /// NCCL's buffers, outside PyTorch's allocator (0 on one GPU).
+    pub nccl_allowance_bytes: u64,
     /// What PyTorch's allocator may reserve: CUDA-visible minus margin minus context.
     pub capacity_bytes: u64,
     /// Kept free on the card for what the model does not know.
@@ -284,6 +287,7 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
     let setup = args.train_setup()?;
     let target = args.target()?;
     let gpu = args.gpu()?;
+    let nccl = setup.parallel.nccl_allowance();
     let device = device_for(args, target, gpu.as_ref())?;
     let mut warnings: Vec<String> = args.gpu_unit_note().into_iter().collect();
     let (budget, context) = match &gpu {
@@ -292,8 +296,12 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
             warnings.extend(context.warning.clone());
             let visible = g.cuda_visible();
             let margin = args.card.margin(visible)?;
-            let budget = CardBudget::new(visible, context.bytes, margin)
-                .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
+            let budget = CardBudget::new(
+                visible,
+                Bytes(context.bytes.get().saturating_add(nccl.get())),
+                margin,
+            )
+            .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
             (Some(budget), Some(context))
         }
         None => (None, None),
@@ -319,8 +327,8 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
             let states = vramfit_core::model_states_for_params(parameters, &setup)
                 .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
             let verdict = gpu.zip(budget).zip(context).map(|((g, b), c)| {
-                let used = Bytes(states.total.get().saturating_add(c.bytes.get()));
-                verdict(&g, args, &b, &c, None, used, None)
+                let used = Bytes(states.total.get().saturating_add(b.cuda_context.get()));
+                verdict(&g, args, nccl, &b, &c, None, used, None)
             });
             Ok(Report::StatesOnly { parameters, setup, states, verdict, warnings, target })
         }
@@ -338,7 +346,16 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
                     let max = card::max_micro_batch_on(&spec, &setup, &device, &b)
                         .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
                     let judged = card::judge(&estimate, &b);
-                    Some(verdict(&g, args, &b, &c, Some(judged), judged.device_used, Some(max)))
+                    Some(verdict(
+                        &g,
+                        args,
+                        nccl,
+                        &b,
+                        &c,
+                        Some(judged),
+                        judged.device_used,
+                        Some(max),
+                    ))
                 }
                 None => None,
             };
@@ -396,6 +413,7 @@ pub fn device_for(
 fn verdict(
     gpu: &GpuChoice,
     args: &SetupArgs,
+    nccl: Bytes,
     budget: &CardBudget,
     context: &Context,
     judged: Option<card::CardVerdict>,
@@ -410,8 +428,9 @@ fn verdict(
     Verdict {
         gpu: label,
         cuda_visible_bytes: budget.cuda_visible.get(),
-        cuda_context_bytes: budget.cuda_context.get(),
+        cuda_context_bytes: budget.cuda_context.get().saturating_sub(nccl.get()),
         cuda_context_basis: context.basis,
+        nccl_allowance_bytes: nccl.get(),
         capacity_bytes: budget.for_allocator().get(),
         margin_bytes: budget.margin.get(),
         peak_reserved_bytes: judged.map(|j| j.peak_reserved.get()),

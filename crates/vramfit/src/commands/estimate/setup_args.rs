@@ -12,6 +12,7 @@ use vramfit_core::{
 };
 use vramfit_hub::{HubEnv, HubRemote, RepoId};
 
+use super::parallel_args::WithGlobalBatch as _;
 use crate::Failure;
 
 /// The model and the training setup.
@@ -140,6 +141,10 @@ pub struct SetupArgs {
     /// linear + cross-entropy that never makes the logits: Liger Kernel's).
     #[arg(long, default_value = "standard", value_name = "KIND")]
     pub loss: String,
+
+    /// The GPUs and how they share the model (`estimate/parallel_args.rs`).
+    #[command(flatten)]
+    pub parallel: super::parallel_args::ParallelArgs,
 }
 
 /// What `--target` names.
@@ -202,7 +207,7 @@ impl SetupArgs {
                 )
             })?),
         };
-        Ok(TrainSetup {
+        TrainSetup {
             freeze: self.freeze()?,
             lora: self.lora()?,
             micro_batch: self.batch,
@@ -228,7 +233,14 @@ impl SetupArgs {
             })?,
             use_cache: self.use_cache()?,
             loss: self.loss.parse::<LossKernel>().map_err(parse_err)?,
-        })
+            parallel: self.parallel.parallel()?,
+        }
+        .with_global_batch(self.parallel.global_batch, self.grad_accum_given())
+    }
+
+    /// Whether `--grad-accum` was given (it is 1 by default).
+    fn grad_accum_given(&self) -> bool {
+        self.grad_accum != 1
     }
 
     fn use_cache(&self) -> Result<Option<bool>, Failure> {

@@ -38,7 +38,7 @@ pub(crate) fn setup_line(setup: &TrainSetup) -> String {
         vramfit_core::LossKernel::Chunked => " · chunked cross-entropy",
     };
     format!(
-        "batch {} × {} tokens · {} · {}{} · {} attention · checkpointing {}{}{}{loss}",
+        "batch {} × {} tokens · {} · {}{} · {} attention · checkpointing {}{}{}{loss}{}",
         setup.micro_batch,
         setup.seq_len,
         setup.precision,
@@ -47,8 +47,90 @@ pub(crate) fn setup_line(setup: &TrainSetup) -> String {
         setup.attention,
         setup.checkpointing,
         accum,
-        tuning(setup)
+        tuning(setup),
+        gpus(setup)
     )
+}
+
+/// ` · 8 GPUs × 2 nodes · zero3 · offload optimizer`; empty on one GPU.
+fn gpus(setup: &TrainSetup) -> String {
+    use vramfit_core::{Offload, Strategy};
+    let p = &setup.parallel;
+    if p.is_single() {
+        return String::new();
+    }
+    let mut out = match (p.gpus_per_node, p.nodes) {
+        (1, 1) => " · 1 GPU".to_string(),
+        (g, 1) => format!(" · {g} GPUs"),
+        (g, n) => format!(" · {g} GPUs × {n} nodes"),
+    };
+    if p.strategy != Strategy::None {
+        out.push_str(&format!(" · {}", p.strategy));
+    }
+    if p.strategy.is_fsdp() && !p.reshard_after_forward {
+        out.push_str(" (no reshard after forward)");
+    }
+    if p.offload != Offload::None {
+        out.push_str(&format!(" · offload {}", p.offload));
+    }
+    out
+}
+
+/// The seed article's `B_effective = B_micro × k × GPUs`, and whose memory the figures are:
+/// printed when there is more than one GPU or micro-batch.
+fn ranks_lines(
+    out: &mut dyn Write,
+    setup: &TrainSetup,
+    worst: Option<vramfit_core::WorstRank>,
+) -> io::Result<()> {
+    let ranks = setup.parallel.ranks();
+    if ranks == 1 && setup.grad_accum == 1 && setup.parallel.is_single() {
+        return Ok(());
+    }
+    if let Some(b) = vramfit_core::parallel::effective_batch(setup) {
+        writeln!(
+            out,
+            "B_effective = B_micro × k × GPUs = {} × {} × {ranks} = {b} sequences per optimizer step ({} tokens)",
+            setup.micro_batch,
+            setup.grad_accum,
+            group(b.saturating_mul(setup.seq_len))
+        )?;
+    }
+    if ranks > 1 {
+        // A bare count is split evenly.
+        let whose = worst.map_or("every rank alike", vramfit_core::WorstRank::describe);
+        writeln!(out, "figures per GPU: {whose}")?;
+    }
+    Ok(())
+}
+
+/// `32768` as `32,768`.
+fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The host memory offloading needs.
+fn host_line(out: &mut dyn Write, host: Option<&vramfit_core::HostMemory>) -> io::Result<()> {
+    if let Some(h) = host {
+        row(
+            out,
+            "host memory",
+            h.per_node,
+            &format!(
+                "per node: {} ranks × {} ({} of it pinned) for what is offloaded",
+                h.ranks_per_node, h.per_rank, h.pinned_per_rank
+            ),
+        )?;
+    }
+    Ok(())
 }
 
 /// ` · LoRA r=16 on q_proj,v_proj` or ` · frozen embeddings, layers 0–3`; empty otherwise.
@@ -128,10 +210,15 @@ fn capacity_line(out: &mut dyn Write, v: &Verdict) -> io::Result<()> {
         "eager" => "eager kernel loading",
         _ => "default: GPU generation unknown",
     };
+    let nccl = if v.nccl_allowance_bytes > 0 {
+        format!(" + {} NCCL allowance", Bytes(v.nccl_allowance_bytes))
+    } else {
+        String::new()
+    };
     if let Some(reserved) = v.peak_reserved_bytes {
         writeln!(
             out,
-            "  device use       {:>11}   = {} reserved + {} CUDA context ({basis}): what nvidia-smi shows",
+            "  device use       {:>11}   = {} reserved + {} CUDA context ({basis}){nccl}: what nvidia-smi shows",
             Bytes(v.device_used_bytes).to_string(),
             Bytes(reserved),
             Bytes(v.cuda_context_bytes)
@@ -139,7 +226,7 @@ fn capacity_line(out: &mut dyn Write, v: &Verdict) -> io::Result<()> {
     } else {
         writeln!(
             out,
-            "  device use       {:>11}   = model states + {} CUDA context ({basis})",
+            "  device use       {:>11}   = model states + {} CUDA context ({basis}){nccl}",
             Bytes(v.device_used_bytes).to_string(),
             Bytes(v.cuda_context_bytes)
         )?;
@@ -151,10 +238,24 @@ fn capacity_line(out: &mut dyn Write, v: &Verdict) -> io::Result<()> {
 fn untried_levers(setup: &TrainSetup, model_states: Bytes, capacity: Bytes) -> String {
     use vramfit_core::{Checkpointing, Optimizer, Precision};
     if model_states > capacity {
-        return format!(
-            "parameters, gradients and optimizer state alone need {model_states}: shard them \
-             (ZeRO / FSDP), offload, or use a larger GPU"
-        );
+        let p = &setup.parallel;
+        let sharded = p.strategy.zero_stage().is_some() || p.strategy.is_fsdp();
+        return if !sharded {
+            format!(
+                "parameters, gradients and optimizer state alone need {model_states}: shard them \
+                 over several GPUs (--gpus N --strategy zero3 or fsdp), offload, or use a larger GPU"
+            )
+        } else if p.offload == vramfit_core::Offload::None {
+            format!(
+                "parameters, gradients and optimizer state alone need {model_states} per GPU: \
+                 add GPUs (--gpus, --nodes), offload (--offload optimizer), or use a larger GPU"
+            )
+        } else {
+            format!(
+                "parameters, gradients and optimizer state alone need {model_states} per GPU: \
+                 add GPUs (--gpus, --nodes) or use a larger GPU"
+            )
+        };
     }
     let mut levers = Vec::new();
     if setup.checkpointing == Checkpointing::None {
@@ -215,6 +316,7 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
             }
             writeln!(out, "{}", setup_line(setup))?;
             writeln!(out, "{}", assumed_line(assumed))?;
+            ranks_lines(out, setup, Some(estimate.ranks.worst_rank))?;
             writeln!(out)?;
             writeln!(
                 out,
@@ -248,6 +350,7 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
                 estimate.model_states,
                 "parameters + gradients + optimizer state",
             )?;
+            host_line(out, estimate.ranks.host_memory.as_ref())?;
             writeln!(out)?;
             writeln!(out, "peak by phase:")?;
             for (phase, bytes) in estimate.phase_peaks.entries() {
@@ -268,7 +371,8 @@ pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
                 .optimizer_state_dtype
                 .map(|d| format!(" with {d} states"))
                 .unwrap_or_default();
-            writeln!(out, "{} · {}{}", setup.precision, setup.optimizer, state)?;
+            writeln!(out, "{} · {}{}{}", setup.precision, setup.optimizer, state, gpus(setup))?;
+            ranks_lines(out, setup, None)?;
             writeln!(out)?;
             let p = *parameters;
             row(out, "parameters", states.parameters, &per_param(states.parameters, p))?;
