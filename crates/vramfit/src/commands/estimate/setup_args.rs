@@ -194,6 +194,13 @@ pub enum ModelSource {
 impl SetupArgs {
     /// The training setup from the flags.
     pub fn train_setup(&self) -> Result<TrainSetup, Failure> {
+        self.train_setup_per_micro_batch()?
+            .with_global_batch(self.parallel.global_batch, self.grad_accum_given())
+    }
+
+    /// The setup as the flags give it, with `--grad-accum` as given: `--global-batch` left
+    /// aside (the planner keeps it as a goal rather than deriving the accumulation from it).
+    pub fn train_setup_per_micro_batch(&self) -> Result<TrainSetup, Failure> {
         let parse_err = |e: vramfit_core::UnknownName| {
             let hint = format!("see `vramfit estimate --help` for the {} choices", e.kind);
             Failure::with_hint(e.to_string(), hint)
@@ -207,7 +214,7 @@ impl SetupArgs {
                 )
             })?),
         };
-        TrainSetup {
+        Ok(TrainSetup {
             freeze: self.freeze()?,
             lora: self.lora()?,
             micro_batch: self.batch,
@@ -234,8 +241,7 @@ impl SetupArgs {
             use_cache: self.use_cache()?,
             loss: self.loss.parse::<LossKernel>().map_err(parse_err)?,
             parallel: self.parallel.parallel()?,
-        }
-        .with_global_batch(self.parallel.global_batch, self.grad_accum_given())
+        })
     }
 
     /// Whether `--grad-accum` was given (it is 1 by default).

@@ -39,14 +39,10 @@ pub struct PlanArgs {
     pub pick: usize,
 }
 
-/// What the planner searches: the global batch and the constraints.
+/// What the planner searches under: the constraints. The global batch every plan keeps is
+/// `--global-batch` (default: --batch × --grad-accum × GPUs).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct SearchArgs {
-    /// Sequences per optimizer step over all GPUs (micro-batch × accumulation × GPUs), kept
-    /// by every plan. Default: --batch × --grad-accum.
-    #[arg(long, value_name = "B")]
-    pub global_batch: Option<u64>,
-
     /// Levers to leave as they are, comma separated: micro-batch, precision, optimizer,
     /// attention, checkpointing, loss, allocator.
     #[arg(long, value_name = "LEVERS", value_delimiter = ',')]
@@ -144,7 +140,8 @@ pub fn compute(
     gpu: Option<GpuChoice>,
     search: &SearchArgs,
 ) -> Result<PlanReport, Failure> {
-    let setup = args.train_setup()?;
+    // The global batch is the plans' goal: the user's micro-batch need not divide it.
+    let setup = args.train_setup_per_micro_batch()?;
     let ModelSource::Spec { label, spec } = source else {
         return Err(Failure::with_hint(
             "plan needs a model: a bare parameter count has no activations to plan",
@@ -166,10 +163,10 @@ pub fn compute(
     let context = args.cuda_context(&gpu)?;
     let budget = budget(args, &gpu)?;
     let alloc = args.card.alloc_conf()?;
-    let global_batch = match search.global_batch {
-        Some(b) => b,
-        None => setup.micro_batch.saturating_mul(setup.grad_accum),
-    };
+    let data_parallel = setup.parallel.ranks();
+    let global_batch = args.parallel.global_batch.unwrap_or_else(|| {
+        setup.micro_batch.saturating_mul(setup.grad_accum).saturating_mul(data_parallel)
+    });
     let constraints = constraints(search, &spec, &setup, &gpu)?;
     let req = PlanRequest {
         spec: &spec,
@@ -177,7 +174,7 @@ pub fn compute(
         alloc,
         workspaces: vramfit_core::overhead::cublas_workspaces(Some(&gpu)),
         global_batch,
-        data_parallel: 1,
+        data_parallel,
         gpu: GpuFacts::of(&gpu),
         budget,
         constraints,
@@ -195,7 +192,7 @@ pub fn compute(
         setup,
         budget,
         global_batch,
-        data_parallel: 1,
+        data_parallel,
         outcome,
         remedies,
         warnings,
