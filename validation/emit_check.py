@@ -53,6 +53,19 @@ RUNS = {
     "gpt2-fp32-t4": [
         "--model", "gpt2", "--gpu", "t4", "-b", "16", "-s", "1024", "--precision", "fp32",
     ],
+    "llama-3.1-8b-8xh100-ddp-sharded": [
+        "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "-b", "4", "-s", "4096",
+        "--precision", "bf16-mixed", "--forbid",
+        "paged-adamw-8bit,adamw-8bit,adafactor,every-4,every-3,every-2,full", "--keep", "loss",
+    ],
+    "llama-3.1-70b-4x8xh100": [
+        "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--gpus", "8", "--nodes", "4",
+        "-b", "1", "-s", "4096", "--precision", "bf16-mixed",
+    ],
+    "llama-3.2-1b-rtx3080-offload": [
+        "--model", "llama-3.2-1b", "--gpu", "rtx-3080", "-b", "8", "-s", "2048",
+        "--keep", "micro-batch",
+    ],
     "qwen2.5-0.5b-every-n-chunked": [
         "--model", "qwen2.5-0.5b", "--gpu", "rtx-4090", "-b", "8", "-s", "2048",
         "--forbid", "full",

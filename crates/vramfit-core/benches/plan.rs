@@ -60,13 +60,20 @@ fn request<'a>(spec: &'a ModelSpec, case: &Case) -> PlanRequest<'a> {
         card::default_margin(visible),
     )
     .unwrap();
+    // The user's run on `gpus` GPUs with DDP: the planner may shard it (ZeRO, FSDP, offload).
+    let mut setup = case.setup.clone();
+    if case.gpus > 1 {
+        setup.parallel.gpus_per_node = case.gpus;
+        setup.parallel.strategy = vramfit_core::Strategy::Ddp;
+    }
     PlanRequest {
         spec,
-        setup: case.setup.clone(),
+        setup,
         alloc: AllocConf::DEFAULT,
         workspaces: vramfit_core::overhead::cublas_workspaces(Some(&choice)),
         global_batch: case.global,
         data_parallel: case.gpus,
+        host_ram: vramfit_core::Bytes(128 << 30),
         gpu: GpuFacts::of(&choice),
         budget,
         constraints: Constraints {

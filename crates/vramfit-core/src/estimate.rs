@@ -330,16 +330,17 @@ pub fn model_states_for_params(
     Ok(ranks.model_states(&g, &opt)?)
 }
 
-/// The model states of a setup without simulating its step (for a planner's bounds).
+/// The model states of a setup without simulating its step (for a planner's bounds), and
+/// the host memory its offloading needs.
 pub(crate) fn model_states_on(
     spec: &ModelSpec,
     setup: &TrainSetup,
     device: &Device,
-) -> Result<ModelStates, EstimateError> {
+) -> Result<(ModelStates, Option<crate::parallel::HostMemory>), EstimateError> {
     check_setup(setup)?;
     crate::peft::check(&spec.parameter_layout(), setup)?;
-    let (states, _) = crate::step::model_states_only(spec, setup, device)?;
-    Ok(states)
+    let (states, _, host) = crate::step::model_states_only(spec, setup, device)?;
+    Ok((states, host))
 }
 
 /// A lower bound of the step's allocated peak, without simulating it (a planner prunes with
@@ -383,7 +384,7 @@ pub(crate) fn paged_state_bytes(
     setup: &TrainSetup,
 ) -> Result<Bytes, EstimateError> {
     check_setup(setup)?;
-    let (_, paged) = crate::step::model_states_only(spec, setup, &Device::CUDA)?;
+    let (_, paged, _) = crate::step::model_states_only(spec, setup, &Device::CUDA)?;
     Ok(Bytes(paged))
 }
 

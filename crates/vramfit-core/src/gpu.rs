@@ -50,6 +50,10 @@ pub struct Gpu {
     /// Dense peak throughput, where a vendor figure was found (the planner's tokens/s).
     #[serde(default)]
     pub tflops: Option<PeakTflops>,
+    /// One-way NVLink bandwidth per GPU, GB/s, on boards that have it (the planner's
+    /// collectives within a node; PCIe otherwise).
+    #[serde(default)]
+    pub nvlink_gbps: Option<u16>,
 }
 
 /// A card's dense peak throughput in TFLOPS.

@@ -39,6 +39,7 @@ fn request<'a>(
         workspaces: vramfit_core::overhead::cublas_workspaces(Some(gpu)),
         global_batch: global,
         data_parallel: 1,
+        host_ram: vramfit_core::Bytes(128 << 30),
         gpu: GpuFacts::of(gpu),
         budget,
         constraints,

@@ -104,24 +104,109 @@ pub const FALLBACK_TENSOR16_TFLOPS: f64 = 100.0;
 pub const SAME_SPEED: f64 = 1.0;
 
 /// ZeRO-3 / FSDP move 1.5× DDP's bytes per step (ZeRO, arXiv 1910.02054; ZeRO-1/2 move as
-/// much as DDP): for the sharding lever, when it lands.
+/// much as DDP): parameters gathered in forward and again in backward, gradients
+/// reduce-scattered, each (n − 1)/n of the 16-bit parameters, against DDP's all-reduce of two
+/// such volumes. [`communication_seconds`] counts those volumes per micro-batch.
 pub const ZERO3_COMMUNICATION: f64 = 1.5;
 
+/// Achieved fraction of a link's nominal bandwidth: 88 %, measured on PCIe 5 x16 (55.4 of 63
+/// GB/s) and NVLink 4 (396.4 of 450 GB/s; ml-engineering `network/README.md`).
+pub const LINK_EFFICIENCY: f64 = 0.88;
+
+/// PCIe 4 x16, one way, GB/s: the link between GPUs without NVLink (the catalog's consumer
+/// and PCIe cards).
+pub const PCIE4_GBPS: f64 = 31.0;
+
+/// Between nodes, GB/s per GPU: one InfiniBand HDR 200 Gb/s adapter per GPU (25 GB/s), the
+/// common layout of training clusters; a ring over several nodes is bounded by it.
+pub const INTER_NODE_GBPS: f64 = 25.0;
+
+/// The bandwidth a rank's collectives get, bytes per second: NVLink where the board has it,
+/// PCIe otherwise, bounded by the network between nodes, each at [`LINK_EFFICIENCY`].
+pub fn collective_bytes_per_second(nvlink_gbps: Option<f64>, nodes: u64) -> f64 {
+    let mut gbps = nvlink_gbps.unwrap_or(PCIE4_GBPS);
+    if nodes > 1 {
+        gbps = gbps.min(INTER_NODE_GBPS);
+    }
+    gbps * LINK_EFFICIENCY * 1e9
+}
+
 /// Host ↔ device bandwidth measured on PCIe 5 x16: 55.4 GB/s (88 % of 63; ml-engineering
-/// `network/README.md`); PCIe 4 x16 is 31 GB/s nominal. For the offload lever, when it lands.
+/// `network/README.md`); PCIe 4 x16 is 31 GB/s nominal.
 pub const PCIE_GBPS: f64 = 55.4;
 
-/// Parameters per second DeepSpeed's CPU Adam steps: for the offload lever, when it lands,
-/// from Megatron Bridge's Qwen3-30B-A3B (4.2× the step at 100 % offload, the CPU optimizer
-/// being the bottleneck); a conservative 1e9 per second.
-pub const CPU_ADAM_PARAMS_PER_S: f64 = 1e9;
+/// Parameters per second an offloaded optimizer steps: DeepSpeed's ZeRO-Offload (untuned) on
+/// ViT-giant, 1.1 B parameters, took 3.13 s per step against 1.27 s on the GPU alone (a
+/// desktop Ryzen 5600; torchao `torchao/optim/README.md`): 1.1e9 / 1.86 s. Megatron Bridge
+/// also finds the CPU optimizer the bottleneck (4.2× the step at 100 % offload).
+pub const CPU_ADAM_PARAMS_PER_S: f64 = 1.1e9 / (3.13 - 1.27);
 
 /// Seconds an offloaded optimizer adds per step: its states and gradients over PCIe both ways
-/// and the CPU Adam step, whichever is longer (they overlap). For the offload lever.
+/// and the CPU Adam step, whichever is longer (they overlap).
 pub fn offload_step_seconds(params: u64, bytes_moved: u64) -> f64 {
     let transfer = bytes_moved as f64 / (PCIE_GBPS * 1e9);
     let compute = params as f64 / CPU_ADAM_PARAMS_PER_S;
     transfer.max(compute)
+}
+
+/// Seconds of one step's collectives on one rank, for `micro_batches` micro-batches of a
+/// model whose `trainable` parameters are reduced (2 bytes each: 16-bit gradients and
+/// parameters on the wire) and all `parameters` gathered where the strategy shards them. A
+/// ring moves (n − 1)/n of a tensor per rank for a reduce-scatter or an all-gather, twice that
+/// for an all-reduce. DDP and ZeRO-1 reduce once per step (`no_sync` during accumulation);
+/// ZeRO-2 reduce-scatters every micro-batch; ZeRO-3 and FSDP also gather the parameters in
+/// each micro-batch's forward and backward; HSDP shards within a node and all-reduces the
+/// shards across nodes.
+pub fn communication_seconds(
+    setup: &TrainSetup,
+    parameters: f64,
+    trainable: f64,
+    micro_batches: f64,
+    bytes_per_second: f64,
+) -> f64 {
+    use crate::parallel::Strategy;
+    let p = &setup.parallel;
+    let n = p.ranks() as f64;
+    if n <= 1.0 {
+        return 0.0;
+    }
+    let ring = (n - 1.0) / n;
+    let grads = 2.0 * trainable * ring;
+    let params = 2.0 * parameters * ring;
+    let bytes = match p.strategy {
+        Strategy::None => 0.0,
+        Strategy::Ddp | Strategy::Zero1 => 2.0 * grads,
+        Strategy::Zero2 => micro_batches * grads + params,
+        Strategy::Zero3 | Strategy::Fsdp | Strategy::Hsdp => micro_batches * (grads + 2.0 * params),
+    };
+    bytes / bytes_per_second
+}
+
+/// Seconds the host adds to a step: the optimizer stepped on the CPU (gradients down and
+/// 16-bit parameters up, 4 bytes per trainable parameter of the rank's shard, and CPU Adam),
+/// and offloaded parameters brought to the GPU in every micro-batch's forward and backward
+/// (2 × 2 bytes per parameter of the shard). Not overlapped with compute: DeepSpeed's CPU
+/// Adam is the bottleneck where it is measured (Megatron Bridge: the CPU step dominates).
+pub fn host_seconds(
+    setup: &TrainSetup,
+    parameters: f64,
+    trainable: f64,
+    micro_batches: f64,
+) -> f64 {
+    let p = &setup.parallel;
+    let shard = p.shard_world().max(1) as f64;
+    let mut seconds = 0.0;
+    if p.offload.optimizer() || p.offload.params() {
+        // FSDP's CPUOffloadPolicy steps the optimizer on the CPU with the parameters.
+        let stepped = trainable / shard;
+        seconds += offload_step_seconds(stepped as u64, (4.0 * stepped) as u64);
+    }
+    if p.offload.params() {
+        // PCIe 4 (the catalog's cards are mostly PCIe 4 hosts), as achieved.
+        let host_link = PCIE4_GBPS * LINK_EFFICIENCY * 1e9;
+        seconds += micro_batches * 4.0 * parameters / shard / host_link;
+    }
+    seconds
 }
 
 /// What the cost model needs of a model.
@@ -167,17 +252,24 @@ pub struct Rates {
     pub tensor16: f64,
     /// Whether they come from the catalog (tokens/s are given only then).
     pub known: bool,
+    /// The board's NVLink bandwidth, one way, GB/s (PCIe without).
+    pub nvlink_gbps: Option<f64>,
 }
 
 impl Rates {
     /// From the catalog's peaks (fp32, 16-bit tensor), or the fallback.
     pub fn of(tflops: Option<(f64, f64)>) -> Rates {
+        Rates::with_links(tflops, None)
+    }
+
+    /// From the catalog's peaks and NVLink bandwidth.
+    pub fn with_links(tflops: Option<(f64, f64)>, nvlink_gbps: Option<f64>) -> Rates {
         let (fp32, tensor16, known) = match tflops {
             Some((f, t)) => (f, t, true),
             None => (0.0, FALLBACK_TENSOR16_TFLOPS, false),
         };
         let fp32 = fp32.max(tensor16 / MIXED_PRECISION_MAX_SPEEDUP);
-        Rates { fp32: fp32 * 1e12 * MFU, tensor16: tensor16 * 1e12 * MFU, known }
+        Rates { fp32: fp32 * 1e12 * MFU, tensor16: tensor16 * 1e12 * MFU, known, nvlink_gbps }
     }
 
     fn for_precision(&self, p: Precision) -> f64 {
@@ -219,7 +311,13 @@ pub fn step_seconds(facts: &ModelFacts, setup: &TrainSetup, trainable: f64, rate
     let recomputed = setup.checkpointing.checkpointed_layers(facts.layers as u64) as f64;
     let recompute = 1.0 + RECOMPUTE * recomputed / facts.layers;
     let micro = (facts.layers * LAYER_OVERHEAD_S + compute) * recompute;
-    setup.grad_accum as f64 * micro * optimizer_factor(setup, facts.parameters)
+    let k = setup.grad_accum as f64;
+    let computing = k * micro * optimizer_factor(setup, facts.parameters);
+    // Collectives overlap with compute (torchtitan's FSDP: 8 → 128 GPUs costs 2.7 %); they
+    // show where they take longer (small per-GPU batches, OLMo #762).
+    let link = collective_bytes_per_second(rates.nvlink_gbps, setup.parallel.nodes);
+    let communicating = communication_seconds(setup, facts.parameters, trainable, k, link);
+    computing.max(communicating) + host_seconds(setup, facts.parameters, trainable, k)
 }
 
 /// The optimizer's effect on the step time.
@@ -327,7 +425,57 @@ mod tests {
 
     #[test]
     fn offload_is_bounded_by_the_slower_of_pcie_and_cpu_adam() {
-        assert!((offload_step_seconds(1_000_000_000, 0) - 1.0).abs() < 1e-12);
+        let adam = CPU_ADAM_PARAMS_PER_S as u64;
+        assert!((offload_step_seconds(adam, 0) - 1.0).abs() < 1e-6);
         assert!((offload_step_seconds(0, 55_400_000_000) - 1.0).abs() < 1e-12);
+    }
+
+    fn on(strategy: crate::parallel::Strategy, gpus: u64) -> TrainSetup {
+        let mut s = TrainSetup::default();
+        s.parallel.gpus_per_node = gpus;
+        s.parallel.strategy = strategy;
+        s
+    }
+
+    #[test]
+    fn zero3_moves_one_and_a_half_times_ddps_bytes_and_one_gpu_moves_none() {
+        use crate::parallel::Strategy;
+        let link = collective_bytes_per_second(None, 1);
+        let t = |s: Strategy, k: f64| communication_seconds(&on(s, 8), 1e9, 1e9, k, link);
+        assert!(
+            (t(Strategy::Zero3, 1.0) / t(Strategy::Ddp, 1.0) - ZERO3_COMMUNICATION).abs() < 1e-9
+        );
+        assert_eq!(t(Strategy::Zero1, 1.0), t(Strategy::Ddp, 1.0));
+        assert_eq!(t(Strategy::Fsdp, 1.0), t(Strategy::Zero3, 1.0));
+        // Accumulation: DDP reduces once per step, ZeRO-3 gathers in every micro-batch.
+        assert_eq!(t(Strategy::Ddp, 4.0), t(Strategy::Ddp, 1.0));
+        assert!((t(Strategy::Zero3, 4.0) / t(Strategy::Zero3, 1.0) - 4.0).abs() < 1e-9);
+        assert_eq!(communication_seconds(&on(Strategy::Zero3, 1), 1e9, 1e9, 1.0, link), 0.0);
+        // NVLink is faster than PCIe; the network between nodes bounds both.
+        assert!(collective_bytes_per_second(Some(450.0), 1) > link);
+        assert_eq!(
+            collective_bytes_per_second(Some(450.0), 2),
+            collective_bytes_per_second(None, 2)
+        );
+    }
+
+    #[test]
+    fn collectives_hide_behind_compute_until_they_take_longer() {
+        use crate::parallel::Strategy;
+        let spec = ModelSpec::from_hf_config(crate::catalog::config_json("llama-3.1-8b").unwrap())
+            .unwrap();
+        let facts = ModelFacts::of(&spec);
+        let at = |s: Strategy, micro: u64, nvlink: Option<f64>| {
+            let rates = Rates::with_links(Some((29.8, 59.5)), nvlink);
+            let mut setup = TrainSetup { micro_batch: micro, ..on(s, 8) };
+            setup.seq_len = 512;
+            step_seconds(&facts, &setup, facts.parameters, &rates)
+        };
+        // Large micro-batches: compute dominates, ZeRO-3 costs what DDP does.
+        assert_eq!(at(Strategy::Zero3, 64, None), at(Strategy::Ddp, 64, None));
+        // One sequence per GPU over PCIe: 8 B parameters gathered twice take longer than the
+        // compute; over NVLink they hide again.
+        assert!(at(Strategy::Zero3, 1, None) > at(Strategy::Ddp, 1, None));
+        assert_eq!(at(Strategy::Zero3, 1, Some(450.0)), at(Strategy::Ddp, 1, Some(450.0)));
     }
 }

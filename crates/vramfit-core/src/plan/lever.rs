@@ -5,6 +5,11 @@
 //! run and this GPU, the user's own setting first; [`Setting::apply`] writes a setting into a
 //! [`Config`]. Adding a lever (ZeRO and FSDP sharding, CPU offload, QLoRA) is a variant here,
 //! an arm in each `match` the compiler points to, and its cost in `cost.rs`.
+//!
+//! Sharding and CPU offload are one lever ([`Lever::Sharding`]): which offloads a strategy can
+//! take depends on the strategy (DeepSpeed offloads the optimizer from stage 1, parameters
+//! only at stage 3; FSDP offloads parameters with their optimizer), so its settings are the
+//! pairs that run.
 
 use std::fmt;
 
@@ -12,6 +17,7 @@ use serde::Serialize;
 
 use crate::allocator::AllocConf;
 use crate::model::ModelSpec;
+use crate::parallel::{Offload, Strategy};
 use crate::setup::{
     Attention, Checkpointing, Lora, LoraTargets, LossKernel, Optimizer, OptimizerImpl, Precision,
     TrainSetup,
@@ -29,6 +35,8 @@ pub struct GpuFacts {
     pub flash_attention: bool,
     /// Dense peak TFLOPS, fp32 and 16-bit tensor, where the catalog has them.
     pub tflops: Option<(f64, f64)>,
+    /// One-way NVLink bandwidth per GPU in GB/s, on boards that have it.
+    pub nvlink_gbps: Option<f64>,
 }
 
 impl GpuFacts {
@@ -40,10 +48,15 @@ impl GpuFacts {
                 bf16: g.bf16,
                 flash_attention: g.supports_flash_attention(),
                 tflops: g.tflops.as_ref().map(|t| (t.fp32, t.tensor16)),
+                nvlink_gbps: g.nvlink_gbps.map(f64::from),
             },
-            crate::gpu::GpuChoice::Capacity(_) => {
-                GpuFacts { label: choice.label(), bf16: true, flash_attention: true, tflops: None }
-            }
+            crate::gpu::GpuChoice::Capacity(_) => GpuFacts {
+                label: choice.label(),
+                bf16: true,
+                flash_attention: true,
+                tflops: None,
+                nvlink_gbps: None,
+            },
         }
     }
 }
@@ -66,13 +79,16 @@ pub enum Lever {
     Loss,
     /// `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`.
     Allocator,
+    /// ZeRO 1/2/3, FSDP or HSDP with several GPUs, and CPU offload of the optimizer or the
+    /// parameters (ZeRO-Offload also on one GPU).
+    Sharding,
     /// LoRA adapters on a frozen base: changes the training method, so only when allowed.
     Lora,
 }
 
 impl Lever {
     /// Every lever, in the order plans list their changes.
-    pub const ALL: [Lever; 8] = [
+    pub const ALL: [Lever; 9] = [
         Lever::MicroBatch,
         Lever::Precision,
         Lever::Optimizer,
@@ -80,6 +96,7 @@ impl Lever {
         Lever::Checkpointing,
         Lever::Loss,
         Lever::Allocator,
+        Lever::Sharding,
         Lever::Lora,
     ];
 
@@ -93,6 +110,7 @@ impl Lever {
             Lever::Checkpointing => "checkpointing",
             Lever::Loss => "loss",
             Lever::Allocator => "allocator",
+            Lever::Sharding => "sharding",
             Lever::Lora => "lora",
         }
     }
@@ -111,6 +129,7 @@ impl Lever {
             "ckpt" | "gradient-checkpointing" | "activation-checkpointing" => "checkpointing",
             "cross-entropy" => "loss",
             "alloc-conf" | "expandable-segments-lever" => "allocator",
+            "strategy" | "zero" | "fsdp" | "offload" | "parallel" => "sharding",
             other => other,
         }
         .to_string();
@@ -207,6 +226,39 @@ impl Lever {
                 }
                 v
             }
+            Lever::Sharding => {
+                let p = &user.parallel;
+                let mut v = vec![Setting::Sharding(p.strategy, p.offload)];
+                let several = p.ranks() > 1;
+                let offered: &[(Strategy, Offload)] = if several {
+                    &[
+                        (Strategy::Zero1, Offload::None),
+                        (Strategy::Zero2, Offload::None),
+                        (Strategy::Zero3, Offload::None),
+                        (Strategy::Fsdp, Offload::None),
+                        (Strategy::Hsdp, Offload::None),
+                        (Strategy::Zero2, Offload::Optimizer),
+                        (Strategy::Zero3, Offload::Optimizer),
+                        (Strategy::Zero3, Offload::Both),
+                        (Strategy::Fsdp, Offload::Both),
+                    ]
+                } else {
+                    // One GPU: sharding alone saves nothing; ZeRO-Offload and ZeRO-3's
+                    // parameter offload do.
+                    &[(Strategy::Zero2, Offload::Optimizer), (Strategy::Zero3, Offload::Both)]
+                };
+                for &(strategy, offload) in offered {
+                    // HSDP replicates across nodes: only with several.
+                    if strategy == Strategy::Hsdp && p.nodes < 2 {
+                        continue;
+                    }
+                    let s = Setting::Sharding(strategy, offload);
+                    if !v.contains(&s) {
+                        v.push(s);
+                    }
+                }
+                v
+            }
             Lever::Lora => {
                 let mut v = vec![Setting::Lora(user.lora.clone())];
                 if user.lora.is_none() {
@@ -274,6 +326,8 @@ pub enum Setting {
     Loss(LossKernel),
     /// `expandable_segments` on or off.
     ExpandableSegments(bool),
+    /// A strategy for several GPUs and what it offloads to the host.
+    Sharding(Strategy, Offload),
     /// LoRA adapters (`None`: every parameter trains).
     Lora(Option<Lora>),
 }
@@ -298,6 +352,7 @@ impl Setting {
             Setting::Checkpointing(_) => Lever::Checkpointing,
             Setting::Loss(_) => Lever::Loss,
             Setting::ExpandableSegments(_) => Lever::Allocator,
+            Setting::Sharding(..) => Lever::Sharding,
             Setting::Lora(_) => Lever::Lora,
         }
     }
@@ -314,6 +369,10 @@ impl Setting {
             Setting::Loss(l) => l.name().to_string(),
             Setting::ExpandableSegments(true) => "expandable-segments".into(),
             Setting::ExpandableSegments(false) => "default-allocator".into(),
+            Setting::Sharding(strategy, Offload::None) => strategy.name().into(),
+            Setting::Sharding(strategy, offload) => {
+                format!("{}+offload-{}", strategy.name(), offload.name())
+            }
             Setting::Lora(Some(_)) => "lora".into(),
             Setting::Lora(None) => "full-fine-tuning".into(),
         }
@@ -330,6 +389,23 @@ impl Setting {
             Setting::Loss(LossKernel::Standard) => "full logits".into(),
             Setting::ExpandableSegments(true) => "expandable_segments:True".into(),
             Setting::ExpandableSegments(false) => "default".into(),
+            Setting::Sharding(strategy, offload) => {
+                let strategy = match strategy {
+                    Strategy::None => "one GPU",
+                    Strategy::Ddp => "DDP",
+                    Strategy::Zero1 => "ZeRO-1",
+                    Strategy::Zero2 => "ZeRO-2",
+                    Strategy::Zero3 => "ZeRO-3",
+                    Strategy::Fsdp => "FSDP",
+                    Strategy::Hsdp => "HSDP",
+                };
+                match offload {
+                    Offload::None => strategy.to_string(),
+                    Offload::Optimizer => format!("{strategy} + optimizer offload"),
+                    Offload::Params => format!("{strategy} + parameter offload"),
+                    Offload::Both => format!("{strategy} + CPU offload"),
+                }
+            }
             Setting::Lora(Some(l)) => {
                 let targets = match &l.targets {
                     LoraTargets::PeftDefault => "q,v".to_string(),
@@ -359,6 +435,13 @@ impl Setting {
             Setting::Checkpointing(k) => c.setup.checkpointing = *k,
             Setting::Loss(l) => c.setup.loss = *l,
             Setting::ExpandableSegments(e) => c.alloc.expandable_segments = *e,
+            Setting::Sharding(strategy, offload) => {
+                c.setup.parallel.strategy = *strategy;
+                c.setup.parallel.offload = *offload;
+                if !strategy.is_fsdp() {
+                    c.setup.parallel.reshard_after_forward = true;
+                }
+            }
             Setting::Lora(l) => {
                 c.setup.lora.clone_from(l);
                 if l.is_some() {
@@ -389,6 +472,7 @@ impl Setting {
             Lever::Checkpointing => Setting::Checkpointing(s.checkpointing),
             Lever::Loss => Setting::Loss(s.loss),
             Lever::Allocator => Setting::ExpandableSegments(c.alloc.expandable_segments),
+            Lever::Sharding => Setting::Sharding(s.parallel.strategy, s.parallel.offload),
             Lever::Lora => Setting::Lora(s.lora.clone()),
         })
     }
@@ -399,9 +483,18 @@ fn is_torch_native(o: Optimizer) -> bool {
 }
 
 /// Whether the settings of a config make sense together: FlashAttention needs 16-bit inputs
-/// (with fp32, PyTorch falls back to another kernel, so the plan would not be what it says).
+/// (with fp32, PyTorch falls back to another kernel, so the plan would not be what it says);
+/// the strategy must run with the precision and offload chosen (DeepSpeed takes no pure bf16;
+/// see [`crate::parallel`]); and an 8-bit or paged optimizer is not DeepSpeed's CPU Adam.
 pub fn compatible(c: &Config) -> bool {
-    !(c.setup.attention == Attention::Flash && c.setup.precision == Precision::Fp32)
+    let s = &c.setup;
+    !(s.attention == Attention::Flash && s.precision == Precision::Fp32)
+        && crate::parallel::check(s).is_ok()
+        && !(s.parallel.offload.optimizer()
+            && matches!(
+                s.optimizer,
+                Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit | Optimizer::Adafactor
+            ))
 }
 
 /// Every setting name `--forbid` accepts, with its lever, for this run (the levers' names
@@ -443,6 +536,10 @@ pub enum MathNote {
     ChunkedLossSameLoss,
     /// Checkpointing recomputes; the result is the same (dropout's RNG state is restored).
     CheckpointingSameResult,
+    /// ZeRO / FSDP partition the states: the same updates, launched by DeepSpeed or FSDP.
+    ShardingSameResult,
+    /// The optimizer steps on the CPU (DeepSpeed's CPU Adam): the same update, in host memory.
+    OffloadSameResult,
 }
 
 impl fmt::Display for MathNote {
@@ -480,6 +577,12 @@ impl fmt::Display for MathNote {
             }
             MathNote::CheckpointingSameResult => {
                 "checkpointing recomputes each checkpointed layer's forward in backward: the same gradients (torch.utils.checkpoint restores dropout's RNG state)"
+            }
+            MathNote::ShardingSameResult => {
+                "ZeRO and FSDP partition parameters, gradients and optimizer state over the GPUs: the same updates as DDP; the run is launched with deepspeed or accelerate/torchrun"
+            }
+            MathNote::OffloadSameResult => {
+                "CPU offload: the optimizer steps in host memory (DeepSpeed's CPU Adam, FSDP's CPUOffloadPolicy), the same update; the host RAM it needs is in the plan"
             }
         })
     }
@@ -531,6 +634,12 @@ pub fn math_notes(user: &Config, plan: &Config) -> Vec<MathNote> {
     if p.checkpointing != u.checkpointing && p.checkpointing != Checkpointing::None {
         notes.push(MathNote::CheckpointingSameResult);
     }
+    if p.parallel.strategy != u.parallel.strategy {
+        notes.push(MathNote::ShardingSameResult);
+    }
+    if p.parallel.offload != u.parallel.offload && p.parallel.offload != Offload::None {
+        notes.push(MathNote::OffloadSameResult);
+    }
     notes
 }
 
@@ -543,7 +652,13 @@ mod tests {
     }
 
     fn gpu(bf16: bool) -> GpuFacts {
-        GpuFacts { label: "test".into(), bf16, flash_attention: bf16, tflops: None }
+        GpuFacts {
+            label: "test".into(),
+            bf16,
+            flash_attention: bf16,
+            tflops: None,
+            nvlink_gbps: None,
+        }
     }
 
     fn settings(lever: Lever, setup: &TrainSetup, gpu: &GpuFacts) -> Vec<String> {
@@ -607,6 +722,43 @@ mod tests {
             settings(Lever::Checkpointing, &user, &gpu(true)),
             ["none", "every-4", "every-3", "every-2", "full"]
         );
+    }
+
+    #[test]
+    fn sharding_offers_zero_and_fsdp_on_several_gpus_and_offload_on_one() {
+        let one = TrainSetup::default();
+        assert_eq!(
+            settings(Lever::Sharding, &one, &gpu(true)),
+            ["none", "zero2+offload-optimizer", "zero3+offload-both"]
+        );
+        let mut eight = TrainSetup::default();
+        eight.parallel.gpus_per_node = 8;
+        eight.parallel.strategy = Strategy::Ddp;
+        let names = settings(Lever::Sharding, &eight, &gpu(true));
+        assert_eq!(names[0], "ddp");
+        for s in ["zero1", "zero2", "zero3", "fsdp", "zero3+offload-both", "fsdp+offload-both"] {
+            assert!(names.iter().any(|n| n == s), "{s}: {names:?}");
+        }
+        // HSDP replicates across nodes: only offered with several.
+        assert!(!names.iter().any(|n| n == "hsdp"));
+        eight.parallel.nodes = 2;
+        assert!(settings(Lever::Sharding, &eight, &gpu(true)).iter().any(|n| n == "hsdp"));
+        // Every offered pair runs (DeepSpeed offloads parameters only at stage 3).
+        let spec = spec();
+        let alloc = AllocConf::DEFAULT;
+        let g = gpu(true);
+        let cx = LeverContext {
+            spec: &spec,
+            setup: &eight,
+            alloc: &alloc,
+            gpu: &g,
+            fragmentation_matters: false,
+        };
+        for s in Lever::Sharding.settings(&cx) {
+            let mut c = Config { setup: eight.clone(), alloc };
+            s.apply(&mut c);
+            assert!(compatible(&c), "{}", s.name());
+        }
     }
 
     #[test]

@@ -49,8 +49,11 @@ pub struct PlanRequest<'a> {
     /// Sequences per optimizer step over all GPUs: micro-batch × accumulation × data-parallel
     /// GPUs. Never changed.
     pub global_batch: u64,
-    /// GPUs that split the batch (1 until the sharding strategies land).
+    /// GPUs that split the batch: the setup's data-parallel ranks.
     pub data_parallel: u64,
+    /// Host memory a node offers to offloading (a plan whose offload needs more per node is
+    /// not offered).
+    pub host_ram: Bytes,
     /// What the GPU can run.
     pub gpu: GpuFacts,
     /// The card: CUDA-visible memory, context, margin.
@@ -149,9 +152,10 @@ pub struct Requirement {
     pub usable: Bytes,
     /// Parameters, gradients and optimizer state of the closest setup (what sharding divides).
     pub model_states: Bytes,
-    /// When the model states alone overflow the card: GPUs of this kind whose memory
-    /// together holds them, a lower bound for ZeRO-3 / FSDP sharding (not modelled yet).
-    /// `None` when the model states fit and one micro-batch's activations are what overflow.
+    /// When the model states alone overflow the card: the fewest GPUs of this kind (a power
+    /// of two) over which ZeRO-3 fits the closest setup at micro-batch 1, by full estimates.
+    /// `None` when the model states fit and one micro-batch's activations are what overflow,
+    /// or when even 4096 GPUs do not fit it.
     pub gpus_of_this_kind: Option<u64>,
     /// The smallest catalog GPU on which the closest setup fits, if any.
     pub larger_gpu: Option<String>,

@@ -8,7 +8,6 @@ use super::cost::Cost;
 use super::lever::{Lever, MathNote};
 use super::search::{Search, device};
 use super::{Change, PlanError, PlanRequest};
-use crate::card;
 use crate::estimate::estimate_on;
 use crate::units::Bytes;
 
@@ -66,7 +65,7 @@ pub fn remedies(req: &PlanRequest<'_>) -> Result<Vec<Remedy>, PlanError> {
         for &m in smaller.iter().rev() {
             let c = search.at(&user, m);
             let Ok(e) = estimate_on(req.spec, &c.setup, &device(req, &c)) else { continue };
-            if card::judge(&e, &req.budget).fits {
+            if super::search::judge(req, &e).fits {
                 if !configs.contains(&c) {
                     configs.push(c);
                 }
@@ -77,7 +76,7 @@ pub fn remedies(req: &PlanRequest<'_>) -> Result<Vec<Remedy>, PlanError> {
     let mut out = Vec::new();
     for c in configs {
         let Ok(estimate) = estimate_on(req.spec, &c.setup, &device(req, &c)) else { continue };
-        let verdict = card::judge(&estimate, &req.budget);
+        let verdict = super::search::judge(req, &estimate);
         let cost = search.cost_of(&c, verdict.device_used);
         let changes = search.changes(&c);
         // The one change (accumulation that merely restates the global batch is not one).

@@ -89,6 +89,7 @@ struct StatesKey {
     state_dtype: Option<crate::units::DType>,
     lora: Option<Lora>,
     freeze: crate::setup::Freeze,
+    parallel: crate::parallel::Parallel,
 }
 
 impl StatesKey {
@@ -99,6 +100,7 @@ impl StatesKey {
             state_dtype: s.optimizer_state_dtype,
             lora: s.lora.clone(),
             freeze: s.freeze,
+            parallel: s.parallel,
         }
     }
 }
@@ -158,9 +160,9 @@ impl<'r, 'a> Search<'r, 'a> {
         };
         let device = device(req, &user);
         let estimate = estimate_on(req.spec, &user.setup, &device)?;
-        let verdict = card::judge(&estimate, &req.budget);
+        let verdict = judge(req, &estimate);
         let facts = ModelFacts::of(req.spec);
-        let rates = Rates::of(req.gpu.tflops);
+        let rates = Rates::with_links(req.gpu.tflops, req.gpu.nvlink_gbps);
         let mut search = Search {
             req,
             facts,
@@ -267,10 +269,12 @@ impl<'r, 'a> Search<'r, 'a> {
             let smallest = self.at(&config, self.micros[0]);
             let key = StatesKey::of(&smallest.setup);
             let known = states.entry(key).or_insert_with(|| {
-                // None: a combination the model cannot take (LoRA targets it lacks), or one
-                // that overflows.
+                // None: a combination the model cannot take (LoRA targets it lacks), one
+                // that overflows, or one whose offload needs more host memory than a node has.
                 crate::estimate::model_states_on(req.spec, &smallest.setup, &device(req, &config))
                     .ok()
+                    .filter(|(_, host)| host_fits(req, host.as_ref()))
+                    .map(|(states, _)| states)
             });
             let Some(known) = *known else {
                 self.stats.pruned += m;
@@ -478,7 +482,7 @@ impl<'r, 'a> Search<'r, 'a> {
     fn full_estimate(&mut self, c: &Config) -> Option<(Estimate, CardVerdict)> {
         self.stats.replayed += 1;
         let e = estimate_on(self.req.spec, &c.setup, &device(self.req, c)).ok()?;
-        let v = card::judge(&e, &self.req.budget);
+        let v = judge(self.req, &e);
         Some((e, v))
     }
 
@@ -620,7 +624,7 @@ impl<'r, 'a> Search<'r, 'a> {
             let Ok(estimate) = estimate_on(self.req.spec, &c.setup, &device(self.req, &c)) else {
                 continue;
             };
-            let verdict = card::judge(&estimate, &self.req.budget);
+            let verdict = judge(self.req, &estimate);
             closest.push(self.plan_of(&miss.config, self.micros[0], estimate, verdict));
         }
         closest.sort_by_key(|p| p.verdict.device_used);
@@ -650,10 +654,54 @@ impl<'r, 'a> Search<'r, 'a> {
             device_needed: needed,
             usable,
             model_states: states,
-            gpus_of_this_kind: (states.get() > per_gpu).then(|| states.get().div_ceil(per_gpu)),
+            gpus_of_this_kind: if states.get() > per_gpu { self.sharded_gpus(p) } else { None },
             larger_gpu,
         }
     }
+
+    /// The fewest GPUs of this kind (a power of two, in nodes of 8 beyond 8) over which
+    /// ZeRO-3 fits the plan's setup at micro-batch 1, by full estimates: per-rank memory never
+    /// grows with more GPUs under ZeRO-3, so the first that fits is the answer. `None` when
+    /// even 4096 do not (one sequence's activations overflow the card).
+    fn sharded_gpus(&self, p: &Plan) -> Option<u64> {
+        let mut c = p.config.clone();
+        c.setup.micro_batch = 1;
+        c.setup.grad_accum = 1;
+        c.setup.parallel.strategy = crate::parallel::Strategy::Zero3;
+        c.setup.parallel.offload = crate::parallel::Offload::None;
+        c.setup.parallel.reshard_after_forward = true;
+        let mut n = p.config.setup.parallel.ranks().max(1);
+        while n < MAX_SHARDED_GPUS {
+            n *= 2;
+            c.setup.parallel.gpus_per_node = n.min(8);
+            c.setup.parallel.nodes = n / n.min(8);
+            let Ok(e) = estimate_on(self.req.spec, &c.setup, &device(self.req, &c)) else {
+                return None;
+            };
+            if judge(self.req, &e).fits {
+                return Some(n);
+            }
+        }
+        None
+    }
+}
+
+/// The most GPUs [`Search::sharded_gpus`] tries.
+const MAX_SHARDED_GPUS: u64 = 4096;
+
+/// Whether what an offload puts in host memory fits in a node's (`host_ram`).
+pub(super) fn host_fits(req: &PlanRequest<'_>, host: Option<&crate::parallel::HostMemory>) -> bool {
+    host.is_none_or(|h| h.per_node <= req.host_ram)
+}
+
+/// The card's verdict on an estimate, which does not fit where its offload needs more host
+/// memory than a node has.
+pub(super) fn judge(req: &PlanRequest<'_>, e: &Estimate) -> CardVerdict {
+    let mut v = card::judge(e, &req.budget);
+    if !host_fits(req, e.ranks.host_memory.as_ref()) {
+        v.fits = false;
+    }
+    v
 }
 
 /// The device a config runs on: CUDA with the card's workspaces and the config's allocator

@@ -423,12 +423,13 @@ fn kept_sizes(
 /// `optimizer.step()` starts (every parameter, every gradient, the optimizer state on the
 /// device), so a lower bound of the step's peak (with the device's workspaces).
 ///
-/// Also returns a paged optimizer's state in managed memory (outside the model states).
+/// Also returns a paged optimizer's state in managed memory (outside the model states) and
+/// what offloading puts in host memory.
 pub(crate) fn model_states_only(
     spec: &ModelSpec,
     setup: &TrainSetup,
     device: &Device,
-) -> Result<(ModelStates, u64)> {
+) -> Result<(ModelStates, u64, Option<crate::parallel::HostMemory>)> {
     let layout = spec.parameter_layout();
     let cx = Context::new(spec, setup, device)?;
     let mut g = Graph::new(Timeline::new(device.allocation_granularity, Vec::new()));
@@ -436,7 +437,7 @@ pub(crate) fn model_states_only(
     let ranks = Ranks::new(&mut g, setup, Some(spec.n_layers))?;
     let opt =
         crate::optim::OptimizerRun::new(setup, ranks.stepped(&g), device.step_counters_on_device)?;
-    Ok((ranks.model_states(&g, &opt)?, opt.paged_state()?))
+    Ok((ranks.model_states(&g, &opt)?, opt.paged_state()?, ranks.host_memory(&g, setup)?))
 }
 
 #[cfg(test)]

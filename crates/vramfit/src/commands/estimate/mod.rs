@@ -328,7 +328,7 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
                 .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
             let verdict = gpu.zip(budget).zip(context).map(|((g, b), c)| {
                 let used = Bytes(states.total.get().saturating_add(b.cuda_context.get()));
-                verdict(&g, args, nccl, &b, &c, None, used, None)
+                verdict(&g, args, &Card { budget: &b, context: &c, nccl }, None, used, None)
             });
             Ok(Report::StatesOnly { parameters, setup, states, verdict, warnings, target })
         }
@@ -349,9 +349,7 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
                     Some(verdict(
                         &g,
                         args,
-                        nccl,
-                        &b,
-                        &c,
+                        &Card { budget: &b, context: &c, nccl },
                         Some(judged),
                         judged.device_used,
                         Some(max),
@@ -410,16 +408,23 @@ pub fn device_for(
     }
 }
 
+/// What the estimate knows of the card: its budget, the CUDA context it assumed, and the NCCL
+/// allowance the budget's context includes.
+struct Card<'a> {
+    budget: &'a CardBudget,
+    context: &'a Context,
+    nccl: Bytes,
+}
+
 fn verdict(
     gpu: &GpuChoice,
     args: &SetupArgs,
-    nccl: Bytes,
-    budget: &CardBudget,
-    context: &Context,
+    card: &Card<'_>,
     judged: Option<card::CardVerdict>,
     used: Bytes,
     max: Option<u64>,
 ) -> Verdict {
+    let Card { budget, context, nccl } = *card;
     let usable = budget.usable();
     let label = match (args.gpu_unit_note(), args.gpu.as_deref()) {
         (Some(_), Some(text)) => format!("{} ({} read as decimal)", gpu.label(), text.trim()),

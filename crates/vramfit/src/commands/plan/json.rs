@@ -38,6 +38,7 @@ fn plan(p: &Plan) -> Value {
         "near_limit_penalty": p.cost.near_limit_penalty,
         "step_seconds": p.cost.step_seconds,
         "tokens_per_second": p.cost.tokens_per_second,
+        "host_memory_per_node_bytes": p.estimate.ranks.host_memory.map(|h| h.per_node.get()),
         "notes": p.notes.iter().map(ToString::to_string).collect::<Vec<_>>(),
     })
 }
@@ -70,6 +71,7 @@ pub fn value(r: &PlanReport) -> Value {
         "margin_bytes": r.budget.margin.get(),
         "usable_bytes": r.budget.usable().get(),
         "global_batch": r.global_batch,
+        "host_ram_bytes": r.host_ram.get(),
         "data_parallel_gpus": r.data_parallel,
         "setup": setup_json(&r.setup),
         "baseline": {

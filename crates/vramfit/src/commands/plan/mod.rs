@@ -10,7 +10,7 @@ use std::io::Write;
 use vramfit_core::card::CardBudget;
 use vramfit_core::gpu::GpuChoice;
 use vramfit_core::plan::{self, Constraints, GpuFacts, Lever, PlanOutcome, PlanRequest, Remedy};
-use vramfit_core::{ModelSpec, TrainSetup, catalog};
+use vramfit_core::{Bytes, ModelSpec, TrainSetup, catalog};
 
 use super::estimate::{ModelSource, SetupArgs};
 use crate::hints::Hint as _;
@@ -62,6 +62,27 @@ pub struct SearchArgs {
     /// How many plans to show.
     #[arg(long, default_value_t = 5, value_name = "N")]
     pub top: usize,
+
+    /// Host memory of one node that CPU offload may use (plans whose offload needs more are
+    /// not offered). Default: 128GiB.
+    #[arg(long, value_name = "SIZE")]
+    pub host_ram: Option<String>,
+}
+
+/// `--host-ram`'s default: a common training server's memory, not a desktop's.
+pub const DEFAULT_HOST_RAM: Bytes = Bytes(128 << 30);
+
+impl SearchArgs {
+    /// `--host-ram`, or the default.
+    pub fn host_ram(&self) -> Result<Bytes, Failure> {
+        let Some(text) = self.host_ram.as_deref() else { return Ok(DEFAULT_HOST_RAM) };
+        vramfit_core::units::parse_size(text).ok_or_else(|| {
+            Failure::with_hint(
+                format!("invalid --host-ram '{text}'"),
+                "give the host memory of one node as a size, such as 256GiB",
+            )
+        })
+    }
 }
 
 /// What `plan` computed, for the renderers.
@@ -80,6 +101,8 @@ pub struct PlanReport {
     pub budget: CardBudget,
     /// The global batch.
     pub global_batch: u64,
+    /// Host memory a node offers to offloading.
+    pub host_ram: Bytes,
     /// Data-parallel GPUs.
     pub data_parallel: u64,
     /// The search.
@@ -175,6 +198,7 @@ pub fn compute(
         workspaces: vramfit_core::overhead::cublas_workspaces(Some(&gpu)),
         global_batch,
         data_parallel,
+        host_ram: search.host_ram()?,
         gpu: GpuFacts::of(&gpu),
         budget,
         constraints,
@@ -192,6 +216,7 @@ pub fn compute(
         setup,
         budget,
         global_batch,
+        host_ram: req.host_ram,
         data_parallel,
         outcome,
         remedies,

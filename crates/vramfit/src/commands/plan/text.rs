@@ -35,7 +35,7 @@ pub(crate) fn short(change: &Change) -> String {
             "full" => "checkpointing".into(),
             other => format!("checkpointing {other}"),
         },
-        Lever::Loss | Lever::Allocator => change.to.clone(),
+        Lever::Loss | Lever::Allocator | Lever::Sharding => change.to.clone(),
     }
 }
 
@@ -87,6 +87,22 @@ fn table(out: &mut dyn Write, plans: &[Plan], headroom: &str) -> io::Result<()> 
             room,
             changes_cell(p),
         )?;
+    }
+    Ok(())
+}
+
+/// The host memory of the plans that offload, against `--host-ram`.
+fn host_memory(out: &mut dyn Write, plans: &[Plan], host_ram: Bytes) -> io::Result<()> {
+    for (i, p) in plans.iter().enumerate() {
+        if let Some(h) = p.estimate.ranks.host_memory {
+            writeln!(
+                out,
+                "  #{} offloads to host memory: {} per node ({} pinned), of the {host_ram} --host-ram allows",
+                i + 1,
+                h.per_node,
+                h.pinned_per_node
+            )?;
+        }
     }
     Ok(())
 }
@@ -164,10 +180,18 @@ pub fn render(out: &mut dyn Write, r: &PlanReport) -> io::Result<()> {
                 "what it would take: {} on the device, where the card gives {}",
                 need.device_needed, need.usable
             )?;
+            let overflow = need.model_states > b.for_allocator();
             match need.gpus_of_this_kind {
                 Some(n) => writeln!(
                     out,
-                    "  parameters, gradients and optimizer state alone are {}: at least {n} GPUs of this kind to shard them over (ZeRO-3 / FSDP, not yet modelled by vramfit: a lower bound)",
+                    "  parameters, gradients and optimizer state alone are {}: ZeRO-3 over {n} GPUs of this kind fits it at micro-batch 1 (vramfit estimate ... --gpus {} --nodes {} --strategy zero3)",
+                    need.model_states,
+                    n.min(8),
+                    n / n.min(8)
+                )?,
+                None if overflow => writeln!(
+                    out,
+                    "  parameters, gradients and optimizer state alone are {}, and even ZeRO-3 over 4096 GPUs of this kind does not fit one sequence per GPU",
                     need.model_states
                 )?,
                 None => writeln!(
@@ -189,6 +213,7 @@ pub fn render(out: &mut dyn Write, r: &PlanReport) -> io::Result<()> {
             "plans, cheapest first (step time against your setup as if it fit; each change counts 5% when ranking):"
         )?;
         table(out, &o.plans, "headroom")?;
+        host_memory(out, &o.plans, r.host_ram)?;
         notes(out, &o.plans)?;
         for p in &o.plans {
             if p.config.setup.lora.as_ref().is_some_and(|l| l.targets == LoraTargets::AllLinear) {
@@ -240,6 +265,7 @@ pub fn render_for_doctor(out: &mut dyn Write, r: &PlanReport) -> io::Result<()> 
             r.gpu, r.global_batch
         )?;
         table(out, &o.plans, "headroom")?;
+        host_memory(out, &o.plans, r.host_ram)?;
         notes(out, &o.plans)?;
     }
     writeln!(

@@ -1,7 +1,7 @@
 //! `--emit accelerate`: an accelerate config file (YAML) with the plan's mixed precision;
 //! the micro-batch, accumulation and the model's changes are for the script, in comments.
 
-use vramfit_core::Precision;
+use vramfit_core::{Precision, Strategy};
 
 use super::Emit;
 
@@ -29,14 +29,47 @@ pub(super) fn emit(cx: &Emit<'_>) -> String {
     };
     out.push_str("compute_environment: LOCAL_MACHINE\n");
     out.push_str("debug: false\n");
-    out.push_str("distributed_type: 'NO'\n");
+    let p = &s.parallel;
+    match p.strategy {
+        Strategy::None => out.push_str("distributed_type: 'NO'\n"),
+        Strategy::Ddp => out.push_str("distributed_type: MULTI_GPU\n"),
+        Strategy::Zero1 | Strategy::Zero2 | Strategy::Zero3 => {
+            let device = |on: bool| if on { "cpu" } else { "none" };
+            out.push_str("deepspeed_config:\n");
+            out.push_str(&format!("  gradient_accumulation_steps: {}\n", s.grad_accum));
+            out.push_str("  gradient_clipping: 1.0\n");
+            out.push_str(&format!(
+                "  offload_optimizer_device: {}\n",
+                device(p.offload.optimizer())
+            ));
+            out.push_str(&format!("  offload_param_device: {}\n", device(p.offload.params())));
+            out.push_str(&format!("  zero3_init_flag: {}\n", p.strategy == Strategy::Zero3));
+            out.push_str(&format!("  zero_stage: {}\n", p.strategy.zero_stage().unwrap_or(0)));
+            out.push_str("distributed_type: DEEPSPEED\n");
+        }
+        Strategy::Fsdp | Strategy::Hsdp => {
+            out.push_str("distributed_type: FSDP\n");
+            out.push_str("fsdp_config:\n");
+            out.push_str("  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n");
+            out.push_str(&format!("  fsdp_offload_params: {}\n", p.offload.params()));
+            let sharding = match (p.strategy, p.reshard_after_forward) {
+                (Strategy::Hsdp, _) => "HYBRID_SHARD",
+                (_, true) => "FULL_SHARD",
+                (_, false) => "SHARD_GRAD_OP",
+            };
+            out.push_str(&format!("  fsdp_sharding_strategy: {sharding}\n"));
+            out.push_str("  fsdp_state_dict_type: SHARDED_STATE_DICT\n");
+            out.push_str(&format!("  fsdp_transformer_layer_cls_to_wrap: {}\n", cx.layer_class()));
+            out.push_str("  fsdp_use_orig_params: true\n");
+        }
+    }
     out.push_str("downcast_bf16: 'no'\n");
     out.push_str("gpu_ids: all\n");
     out.push_str("machine_rank: 0\n");
     out.push_str("main_training_function: main\n");
     out.push_str(&format!("mixed_precision: {mixed}\n"));
-    out.push_str("num_machines: 1\n");
-    out.push_str("num_processes: 1\n");
+    out.push_str(&format!("num_machines: {}\n", p.nodes));
+    out.push_str(&format!("num_processes: {}\n", p.ranks()));
     out.push_str("rdzv_backend: static\n");
     out.push_str("same_network: true\n");
     out.push_str("use_cpu: false\n");

@@ -1,7 +1,7 @@
-//! `--emit deepspeed`: a DeepSpeed JSON config with the plan's batch sizes, precision and
-//! clipping (ZeRO stage 0 until sharding is planned). JSON has no comments: what DeepSpeed's
-//! config does not hold (checkpointing, attention, adapters, the loss, an 8-bit optimizer,
-//! the allocator) goes to stderr.
+//! `--emit deepspeed`: a DeepSpeed JSON config with the plan's batch sizes, precision,
+//! clipping, ZeRO stage and CPU offload (stage 0 where the plan runs on one GPU, DDP or FSDP).
+//! JSON has no comments: what DeepSpeed's config does not hold (checkpointing, attention,
+//! adapters, the loss, an 8-bit optimizer, the allocator, FSDP) goes to stderr.
 
 use serde_json::{Value, json};
 use vramfit_core::{Checkpointing, LossKernel, Optimizer, Precision};
@@ -27,8 +27,17 @@ pub(super) fn emit(cx: &Emit<'_>) -> Emitted {
         }
         Precision::Fp32 => {}
     }
-    config.insert("zero_optimization".into(), json!({ "stage": 0 }));
+    config.insert("zero_optimization".into(), cx.zero_optimization());
     let mut elsewhere: Vec<String> = Vec::new();
+    if s.parallel.strategy.is_fsdp() {
+        elsewhere.push(format!(
+            "the plan shards with {} (see --emit accelerate; DeepSpeed's equivalent is ZeRO stage 3)",
+            s.parallel.strategy
+        ));
+    }
+    if let Some(launch) = cx.launch() {
+        elsewhere.push(format!("launch: {launch}"));
+    }
     match s.optimizer {
         Optimizer::Adam | Optimizer::Adamw => {
             let kind = if s.optimizer == Optimizer::Adam { "Adam" } else { "AdamW" };

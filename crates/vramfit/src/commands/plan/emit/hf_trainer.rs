@@ -78,6 +78,29 @@ pub(super) fn emit(cx: &Emit<'_>) -> String {
     }
     out.push_str(&format!("    optim={:?},\n", optim(cx)));
     out.push_str("    max_grad_norm=1.0,\n");
+    let p = &s.parallel;
+    if p.strategy.zero_stage().is_some() {
+        // The Trainer fills DeepSpeed's batch sizes, precision and clipping from its own
+        // arguments; the ZeRO section is the plan's.
+        let zero = serde_json::to_string(&cx.zero_optimization()).unwrap_or_default();
+        let zero = zero.replace("true", "True").replace("false", "False");
+        out.push_str(&format!(
+            "    deepspeed={{\"train_micro_batch_size_per_gpu\": \"auto\", \"gradient_accumulation_steps\": \"auto\", \"gradient_clipping\": \"auto\", \"bf16\": {{\"enabled\": \"auto\"}}, \"fp16\": {{\"enabled\": \"auto\"}}, \"zero_optimization\": {zero}}},\n"
+        ));
+    } else if p.strategy.is_fsdp() {
+        let mut fsdp = if p.strategy == vramfit_core::Strategy::Hsdp {
+            "hybrid_shard".to_string()
+        } else if p.reshard_after_forward {
+            "full_shard".to_string()
+        } else {
+            "shard_grad_op".to_string()
+        };
+        if p.offload.params() {
+            fsdp.push_str(" offload");
+        }
+        fsdp.push_str(" auto_wrap");
+        out.push_str(&format!("    fsdp={fsdp:?},  # wraps each decoder layer\n"));
+    }
     if s.loss == LossKernel::Chunked {
         out.push_str("    use_liger_kernel=True,  # pip install liger-kernel\n");
         out.push_str("    liger_kernel_config={\"fused_linear_cross_entropy\": True, \"cross_entropy\": False, \"rope\": False, \"rms_norm\": False, \"swiglu\": False},\n");

@@ -15,7 +15,8 @@ mod pytorch;
 use vramfit_core::model::Head;
 use vramfit_core::plan::{Lever, Plan};
 use vramfit_core::{
-    Checkpointing, LoraTargets, LossKernel, Optimizer, OptimizerImpl, Precision, TrainSetup,
+    Checkpointing, LoraTargets, LossKernel, Optimizer, OptimizerImpl, Precision, Strategy,
+    TrainSetup,
 };
 
 use super::PlanReport;
@@ -108,7 +109,52 @@ impl<'a> Emit<'a> {
         if !changes.is_empty() {
             lines.push(format!("changes: {}", changes.join("; ")));
         }
+        if let Some(launch) = self.launch() {
+            lines.push(format!("launch: {launch}"));
+        }
+        if let Some(h) = p.estimate.ranks.host_memory {
+            lines.push(format!(
+                "host memory for the offload: {} per node ({} pinned)",
+                h.per_node, h.pinned_per_node
+            ));
+        }
         lines
+    }
+
+    /// How a run on several GPUs, or under DeepSpeed, is started (`None`: `python train.py`).
+    pub(super) fn launch(&self) -> Option<String> {
+        let p = &self.setup.parallel;
+        let nodes = if p.nodes > 1 { format!(" --nnodes {}", p.nodes) } else { String::new() };
+        match p.strategy {
+            Strategy::None => None,
+            Strategy::Zero1 | Strategy::Zero2 | Strategy::Zero3 => Some(format!(
+                "deepspeed --num_gpus {}{} train.py (or accelerate launch with --emit accelerate's config)",
+                p.gpus_per_node,
+                if p.nodes > 1 { format!(" --num_nodes {}", p.nodes) } else { String::new() }
+            )),
+            Strategy::Ddp | Strategy::Fsdp | Strategy::Hsdp => Some(format!(
+                "torchrun --nproc-per-node {}{nodes} train.py (or accelerate launch with --emit accelerate's config)",
+                p.gpus_per_node
+            )),
+        }
+    }
+
+    /// DeepSpeed's `zero_optimization` section for the plan's strategy and offload (stage 0
+    /// where DeepSpeed does not run: one GPU, DDP, FSDP).
+    pub(super) fn zero_optimization(&self) -> serde_json::Value {
+        let p = &self.setup.parallel;
+        let mut zero = serde_json::Map::new();
+        zero.insert("stage".into(), p.strategy.zero_stage().unwrap_or(0).into());
+        if p.strategy.zero_stage().is_some() {
+            let cpu = serde_json::json!({ "device": "cpu", "pin_memory": true });
+            if p.offload.optimizer() {
+                zero.insert("offload_optimizer".into(), cpu.clone());
+            }
+            if p.offload.params() {
+                zero.insert("offload_param".into(), cpu);
+            }
+        }
+        serde_json::Value::Object(zero)
     }
 
     /// `PYTORCH_CUDA_ALLOC_CONF`'s value when the plan sets it.
@@ -122,6 +168,36 @@ impl<'a> Emit<'a> {
     }
 
     /// `AutoModelForCausalLM` or `AutoModelForMaskedLM`.
+    /// The transformers module and class of the model's repeated layer (what FSDP wraps).
+    pub(super) fn layer(&self) -> (&'static str, &'static str) {
+        use vramfit_core::model::Architecture as A;
+        match self.report.spec.architecture {
+            A::Llama => ("llama", "LlamaDecoderLayer"),
+            A::Mistral => ("mistral", "MistralDecoderLayer"),
+            A::Mixtral => ("mixtral", "MixtralDecoderLayer"),
+            A::Qwen2 => ("qwen2", "Qwen2DecoderLayer"),
+            A::Qwen3 => ("qwen3", "Qwen3DecoderLayer"),
+            A::Gemma => ("gemma", "GemmaDecoderLayer"),
+            A::Gemma2 => ("gemma2", "Gemma2DecoderLayer"),
+            A::Phi3 => ("phi3", "Phi3DecoderLayer"),
+            A::Gpt2 => ("gpt2", "GPT2Block"),
+            A::GptNeox => ("gpt_neox", "GPTNeoXLayer"),
+            A::Bert => ("bert", "BertLayer"),
+            A::Roberta => ("roberta", "RobertaLayer"),
+        }
+    }
+
+    /// The layer's class name.
+    pub(super) fn layer_class(&self) -> &'static str {
+        self.layer().1
+    }
+
+    /// The import of the layer's class.
+    pub(super) fn layer_import(&self) -> String {
+        let (module, class) = self.layer();
+        format!("from transformers.models.{module}.modeling_{module} import {class}")
+    }
+
     pub(super) fn auto_class(&self) -> &'static str {
         match self.report.spec.head {
             Head::MaskedLm => "AutoModelForMaskedLM",

@@ -1,7 +1,7 @@
 //! `--emit pytorch`: a training loop in plain PyTorch, as the seed article writes it: the
 //! loss divided by the accumulation steps, clipping, `step()`, `zero_grad()`.
 
-use vramfit_core::Precision;
+use vramfit_core::{Precision, Strategy};
 
 use super::Emit;
 
@@ -15,6 +15,22 @@ pub(super) fn emit(cx: &Emit<'_>) -> String {
         out.push_str("import os\n\n");
         out.push_str("# Before CUDA starts (or export it in the shell that launches the run).\n");
         out.push_str(&format!("os.environ.setdefault(\"PYTORCH_CUDA_ALLOC_CONF\", {conf:?})\n\n"));
+    }
+    let p = &s.parallel;
+    match p.strategy {
+        Strategy::None => {}
+        Strategy::Ddp => out.push_str(
+            "# Each rank runs this loop: torch.distributed.init_process_group(\"nccl\"), then\n# model = torch.nn.parallel.DistributedDataParallel(model) after model.cuda(), and\n# `with model.no_sync():` for all but the last micro-batch of each step.\n",
+        ),
+        Strategy::Zero1 | Strategy::Zero2 | Strategy::Zero3 => out.push_str(&format!(
+            "# DeepSpeed runs this plan (ZeRO stage {}): model, optimizer, _, _ = deepspeed.initialize(model=model,\n# optimizer=optimizer, config=\"ds_config.json\") with `vramfit plan --emit deepspeed`'s config, then\n# model.backward(loss) and model.step() in place of the calls below.\n",
+            p.strategy.zero_stage().unwrap_or(0)
+        )),
+        Strategy::Fsdp | Strategy::Hsdp => out.push_str(&format!(
+            "# FSDP2 shards this plan: after init_process_group(\"nccl\"), fully_shard(layer{}) for each\n# decoder layer, then fully_shard(model) (torch.distributed.fsdp.fully_shard{}).\n",
+            if p.reshard_after_forward { "" } else { ", reshard_after_forward=False" },
+            if p.offload.params() { ", offload_policy=CPUOffloadPolicy()" } else { "" }
+        )),
     }
     let (model_imports, model_lines) = cx.model_statements("model");
     let (optimizer_import, optimizer) = cx.optimizer("model.parameters()");
