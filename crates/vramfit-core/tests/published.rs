@@ -234,9 +234,14 @@ struct LoraRow {
     use_dora: bool,
 }
 
+/// A quantised base, in the JSON shape of the core's `TrainSetup::quantization`
+/// (`{kind, double_quant, compute_dtype}`; a row may add `implementation` and the like), so
+/// that the rows deserialize into it unchanged once it exists.
 #[derive(Debug, Deserialize)]
 struct Quantization {
     kind: String,
+    double_quant: bool,
+    compute_dtype: String,
 }
 
 fn rows() -> Vec<Row> {
@@ -376,6 +381,13 @@ fn needs(row: &Row, spec: Option<&ModelSpec>) -> BTreeSet<String> {
     // quantisation setting, drop this need and map the row's block in `train_setup`: the QLoRA
     // rows then become estimated and this test asks for their `expressible` entries.
     if let Some(q) = &s.quantization {
+        assert!(
+            ["nf4", "fp4", "int8"].contains(&q.kind.as_str())
+                && ["bf16", "f16", "f32"].contains(&q.compute_dtype.as_str())
+                && !(q.double_quant && q.kind == "int8"),
+            "{id}: quantization {{kind: nf4|fp4|int8, double_quant (4-bit only), compute_dtype: \
+             bf16|f16|f32}}"
+        );
         need(format!("quantization:{}", q.kind));
     }
     if spec.is_none() && row.model.params.is_none() {
