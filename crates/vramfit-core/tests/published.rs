@@ -192,6 +192,8 @@ struct Expressible {
 #[derive(Debug, Deserialize)]
 struct Setup {
     task: Option<String>,
+    /// Labels of a classification head (`config.num_labels`, 2 unless the script sets it).
+    num_labels: Option<u64>,
     micro_batch: Option<u64>,
     seq_len: Option<u64>,
     seq_len_range: Option<[u64; 2]>,
@@ -292,6 +294,15 @@ fn needs(row: &Row, spec: Option<&ModelSpec>) -> BTreeSet<String> {
         out.insert(n);
     };
     // Without a readable model the head is unknown too: any task but causal-LM is a need.
+    // Task heads (`AutoModelForSequenceClassification`, ...) are being added to the core as
+    // `ModelSpec::for_task`: once they land, build the spec for the row's `task` (and its
+    // `num_labels`, which the classification rows carry) instead of asking for it here.
+    if matches!(s.task.as_deref(), Some("seq-cls" | "token-cls")) {
+        assert!(
+            s.num_labels.is_some_and(|n| n >= 1),
+            "{id}: a classification head needs num_labels"
+        );
+    }
     if let Some(task) = &s.task
         && task != spec.map_or("causal-lm", native_task)
     {
