@@ -335,8 +335,13 @@ fn needs(row: &Row, spec: Option<&ModelSpec>) -> BTreeSet<String> {
             a.parse::<Attention>().unwrap_or_else(|e| panic!("{id}: attention: {e}"));
         }
     }
-    if let Some(c) = &s.checkpointing {
-        c.parse::<Checkpointing>().unwrap_or_else(|e| panic!("{id}: checkpointing: {e}"));
+    match s.checkpointing.as_deref() {
+        None => {}
+        // torchtitan's selective checkpointing (`op`: save some ops' outputs, recompute the rest).
+        Some(c) if c.starts_with("selective") => need(format!("checkpointing:{c}")),
+        Some(c) => {
+            c.parse::<Checkpointing>().unwrap_or_else(|e| panic!("{id}: checkpointing: {e}"));
+        }
     }
     // `chunked-ce` is torchtune's `CEWithChunkedOutputLoss` and LitGPT's
     // `chunked_cross_entropy`: the model still makes every logit (in chunks), only the fp32
