@@ -8,11 +8,15 @@ format and handed to the library that reads it:
                emitted arguments (torch.optim or bitsandbytes); the loop divides the loss by
                the accumulation steps, clips, steps and zeroes the gradients.
 * lightning  — the `L.Trainer(...)` keywords are read from the text and `lightning.Trainer` is
-               built with them, `accelerator="cuda"` replaced by `"cpu"` (no GPU here).
+               built with them, `accelerator="cuda"` replaced by `"cpu"` (no GPU here); a
+               strategy (`DeepSpeedStrategy`, `FSDPStrategy`) is built from the text's own
+               imports, and the Trainer then without it on one CPU process (they need CUDA).
 * hf-trainer — the `TrainingArguments(...)` keywords are read from the text and
                `transformers.TrainingArguments` is built with them, plus `use_cpu=True` (bf16 is
                refused on a CPU without it; fp16 needs a GPU and is reported as such).
-* deepspeed  — the JSON is loaded and `deepspeed.runtime.config.DeepSpeedConfig` is built.
+* deepspeed  — the JSON is loaded and `deepspeed.runtime.config.DeepSpeedConfig` is built for
+               the plan's data-parallel GPUs (its `mpu` argument; the rank, which needs a
+               process group, is taken as 0), which checks the batch sizes against them.
 * accelerate — the YAML is written to a file and read by accelerate's `ClusterConfig`
                (which refuses unknown keys).
 
@@ -80,11 +84,24 @@ def call_keywords(source: str, name: str) -> dict:
             func = node.func
             called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
             if called == name:
-                return {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}
+                return {kw.arg: keyword_value(source, kw.value) for kw in node.keywords}
     raise ValueError(f"no call to {name}(...)")
 
 
-def check_pytorch(text: str) -> list[str]:
+def keyword_value(text: str, node: ast.expr):
+    """A keyword's value: a literal, or (a strategy object such as `DeepSpeedStrategy(stage=3)`)
+    the expression evaluated after the text's own `from ... import ...` lines."""
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        namespace: dict = {}
+        for stmt in ast.parse(text).body:
+            if isinstance(stmt, ast.ImportFrom):
+                exec(compile(ast.Module([stmt], []), "emitted.py", "exec"), namespace)  # noqa: S102 - the emitted imports only
+        return eval(compile(ast.Expression(node), "emitted.py", "eval"), namespace)  # noqa: S307 - a constructor call of the emitted text
+
+
+def check_pytorch(text: str, world: int) -> list[str]:
     import torch
 
     tree = ast.parse(text)
@@ -120,7 +137,7 @@ def check_pytorch(text: str) -> list[str]:
     return notes
 
 
-def check_lightning(text: str) -> list[str]:
+def check_lightning(text: str, world: int) -> list[str]:
     import lightning as L
 
     ast.parse(text)
@@ -129,6 +146,18 @@ def check_lightning(text: str) -> list[str]:
     if kwargs.get("accelerator") == "cuda":
         kwargs["accelerator"] = "cpu"
         notes.append('accelerator="cuda" built as "cpu" (no GPU here)')
+    devices = kwargs.get("devices", 1) * kwargs.get("num_nodes", 1)
+    if devices != world:
+        raise ValueError(f"devices × num_nodes = {devices}, the plan has {world} GPUs")
+    strategy = kwargs.get("strategy")
+    if strategy is not None and not isinstance(strategy, str):
+        notes.append(f"strategy built: {type(strategy).__name__}({strategy_summary(strategy)})")
+    if world > 1 or strategy is not None:
+        # Lightning's distributed strategies need CUDA and a process group: the strategy
+        # object is checked above; the Trainer is built on one CPU process without them.
+        for key in ("strategy", "devices", "num_nodes"):
+            kwargs.pop(key, None)
+        notes.append("Trainer built on one CPU process without the strategy and devices (they need CUDA)")
     quiet = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False}
     try:
         trainer = L.Trainer(**kwargs, **quiet)
@@ -142,7 +171,7 @@ def check_lightning(text: str) -> list[str]:
     return notes
 
 
-def check_hf(text: str) -> list[str]:
+def check_hf(text: str, world: int) -> list[str]:
     import transformers
 
     ast.parse(text)
@@ -162,20 +191,35 @@ def check_hf(text: str) -> list[str]:
                 args = transformers.TrainingArguments(**kwargs, use_cpu=True)
         notes.extend(sorted({f"{w.category.__name__}: {w.message}" for w in caught if "deprecated" in str(w.message)}))
     notes.append(
-        f"TrainingArguments(per_device_train_batch_size={args.per_device_train_batch_size}, gradient_accumulation_steps={args.gradient_accumulation_steps}, bf16={args.bf16}, fp16={args.fp16}, optim={args.optim!r}, use_liger_kernel={args.use_liger_kernel})"
+        f"TrainingArguments(per_device_train_batch_size={args.per_device_train_batch_size}, gradient_accumulation_steps={args.gradient_accumulation_steps}, bf16={args.bf16}, fp16={args.fp16}, optim={args.optim!r}, use_liger_kernel={args.use_liger_kernel}, fsdp={args.fsdp!r}, deepspeed={'a config' if args.deepspeed else None})"
     )
     return notes
 
 
-def check_deepspeed(text: str) -> list[str]:
+class DataParallel:
+    """The data-parallel world DeepSpeed's config checks the batch sizes against."""
+
+    def __init__(self, world: int) -> None:
+        self.world = world
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.world
+
+
+def check_deepspeed(text: str, world: int) -> list[str]:
     from deepspeed.runtime.config import DeepSpeedConfig
 
+    from unittest import mock
+
     config = json.loads(text)
-    ds = DeepSpeedConfig(config)
+    # The plan's data-parallel world goes in through DeepSpeed's `mpu` argument; DeepSpeed asks
+    # the process group for this rank first, and there is none here: rank 0.
+    with mock.patch("deepspeed.runtime.config.dist.get_rank", return_value=0):
+        ds = DeepSpeedConfig(config, mpu=DataParallel(world))
     return [f"DeepSpeedConfig(train_batch_size={ds.train_batch_size}, micro={ds.train_micro_batch_size_per_gpu}, accumulation={ds.gradient_accumulation_steps}, zero_stage={ds.zero_optimization_stage})"]
 
 
-def check_accelerate(text: str) -> list[str]:
+def check_accelerate(text: str, world: int) -> list[str]:
     import yaml
     from accelerate.commands.config.config_args import ClusterConfig
 
@@ -187,7 +231,28 @@ def check_accelerate(text: str) -> list[str]:
         config = ClusterConfig.from_yaml_file(path)
     finally:
         os.unlink(path)
-    return [f"ClusterConfig(distributed_type={config.distributed_type}, mixed_precision={config.mixed_precision}, num_processes={config.num_processes})"]
+    if config.num_processes != world:
+        raise ValueError(f"num_processes {config.num_processes}, the plan has {world} GPUs")
+    return [f"ClusterConfig(distributed_type={config.distributed_type}, mixed_precision={config.mixed_precision}, num_processes={config.num_processes}, num_machines={config.num_machines})"]
+
+
+def strategy_summary(strategy) -> str:
+    """The settings a Lightning strategy object was built with, as far as it exposes them."""
+    parts = []
+    config = getattr(strategy, "config", None)
+    if isinstance(config, dict) and "zero_optimization" in config:
+        zero = config["zero_optimization"]
+        parts.append(f"stage={zero.get('stage')}")
+        for key in ("offload_optimizer", "offload_param"):
+            if key in zero:
+                parts.append(f"{key}={zero[key].get('device')}")
+    sharding = getattr(strategy, "sharding_strategy", None)
+    if sharding is not None:
+        parts.append(f"sharding_strategy={getattr(sharding, 'name', sharding)}")
+    offload = getattr(strategy, "cpu_offload", None)
+    if offload is not None:
+        parts.append(f"cpu_offload={getattr(offload, 'offload_params', offload)}")
+    return ", ".join(parts)
 
 
 CHECKS = {
@@ -231,7 +296,8 @@ def main() -> int:
                     entry.update(ok=False, error=done.stderr.strip())
                 else:
                     try:
-                        entry.update(ok=True, notes=CHECKS[fmt](done.stdout))
+                        world = plans[pick - 1]["data_parallel_gpus"]
+                        entry.update(ok=True, notes=CHECKS[fmt](done.stdout, world))
                     except Exception as e:  # noqa: BLE001 - every failure is a result
                         entry.update(ok=False, error=f"{type(e).__name__}: {e}")
                 failed += not entry["ok"]

@@ -174,7 +174,7 @@ struct PlanFields {
 }
 
 /// Runs the planner on a request: the model as for the estimate, the setup and the search
-/// (`global_batch`, `keep`, `forbid`, `allow`, `top`) as `plan`'s flags.
+/// (`global_batch`, `keep`, `forbid`, `allow`, `top`, `host_ram`) as `plan`'s flags.
 fn plan_report(body: &Map<String, Value>) -> Result<super::plan::PlanReport, Failure> {
     let fields: PlanFields = parse_fields(body, "plan")?;
     let source = model_source(body, &fields.setup)?;
