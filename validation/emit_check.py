@@ -25,7 +25,7 @@ repository root with the venv that has torch, transformers, lightning, deepspeed
 peft, bitsandbytes and liger-kernel:
 
     cargo build -p vramfit
-    /work/venv/bin/python validation/emit_check.py [--vramfit target/debug/vramfit]
+    python validation/emit_check.py [--vramfit target/debug/vramfit]
 """
 
 from __future__ import annotations

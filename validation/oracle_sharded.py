@@ -26,9 +26,9 @@ parameters gathered and computed in 16 bits, gradients reduce-scattered in
 fp32; no ``torch.autocast``.
 
 Usage:
-    /work/venv/bin/python validation/oracle_sharded.py            # missing cases
-    /work/venv/bin/python validation/oracle_sharded.py --only ID   # rerun one
-    /work/venv/bin/python validation/oracle_sharded.py --list
+    python validation/oracle_sharded.py            # missing cases
+    python validation/oracle_sharded.py --only ID   # rerun one
+    python validation/oracle_sharded.py --list
 Each case runs in its own process (the fake process group's world size is
 fixed per process).
 """

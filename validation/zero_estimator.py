@@ -22,7 +22,7 @@ What the estimators count (read in `stage_1_and_2.py` and `stage3.py`), per GPU:
 and per node of host memory, with the 1.5 factor: ZeRO-2 offload P·max(4G, 16)·1.5, ZeRO-3
 offload optimizer 16P·1.5/nodes, both 18P·1.5/nodes. Nothing else: no buckets, no activations.
 
-Usage: /work/venv/bin/python validation/zero_estimator.py   (writes results-zero-estimator.jsonl)
+Usage: python validation/zero_estimator.py   (writes results-zero-estimator.jsonl)
 """
 
 from __future__ import annotations
