@@ -23,8 +23,6 @@
 //! never runs), `garbage_collection_threshold` parsed but inactive (it acts only under
 //! `set_per_process_memory_fraction`).
 
-use std::collections::BTreeSet;
-
 use serde::Serialize;
 
 use crate::timeline::{Component, Phase, StreamEvent, StreamObserver, StreamState};
@@ -320,7 +318,7 @@ struct Cache {
     /// Free blocks keyed `(pool, size, block)` packed in a `u128` ([`Cache::key`]): best fit
     /// is the first at or after `(pool, size)`; among equal sizes the oldest block, which
     /// stands for the lowest address.
-    free: BTreeSet<u128>,
+    free: FreeBins,
     segments: u32,
     /// Expandable mode: the one segment of each pool, its last block and mapped size.
     expandable: [Option<(u32, u32, u64)>; 2],
@@ -333,7 +331,7 @@ impl Cache {
         Cache {
             conf,
             blocks: Vec::with_capacity(1024),
-            free: BTreeSet::new(),
+            free: FreeBins::new(),
             segments: 0,
             expandable: [None, None],
             allocated: 0,
@@ -369,7 +367,7 @@ impl Cache {
                 }
             }
         };
-        self.free.remove(&self.key(block));
+        self.free.remove(self.key(block));
         let size = self.blocks[block as usize].size;
         let remaining = size - rs;
         let split = if pool == Pool::Small || self.conf.expandable_segments {
@@ -414,11 +412,7 @@ impl Cache {
 
     fn best_fit(&self, pool: Pool, rs: u64) -> Option<u32> {
         let max_split = self.conf.max_split_size.unwrap_or(u64::MAX);
-        let key = *self.free.range(pack(pool, rs, 0)..).next()?;
-        let (p, size, b) = unpack(key);
-        if p != pool {
-            return None;
-        }
+        let (_, size, b) = unpack(self.free.first_at_or_after(pool, rs)?);
         if self.conf.expandable_segments {
             return Some(b);
         }
@@ -481,7 +475,7 @@ impl Cache {
         let grow = (rs - have).div_ceil(page) * page;
         self.reserved += grow;
         let block = if tail_free {
-            self.free.remove(&self.key(tail));
+            self.free.remove(self.key(tail));
             self.blocks[tail as usize].size += grow;
             tail
         } else {
@@ -513,12 +507,12 @@ impl Cache {
         let mut keep = block;
         // `try_merge_blocks` with a free neighbour in the same segment.
         if let Some(p) = prev.filter(|&p| !self.blocks[p as usize].allocated) {
-            self.free.remove(&self.key(p));
+            self.free.remove(self.key(p));
             self.absorb(p, block);
             keep = p;
         }
         if let Some(n) = next.filter(|&n| !self.blocks[n as usize].allocated) {
-            self.free.remove(&self.key(n));
+            self.free.remove(self.key(n));
             self.absorb(keep, n);
         }
         self.free.insert(self.key(keep));
@@ -541,6 +535,164 @@ impl Cache {
             if e.1 == gone {
                 e.1 = into;
             }
+        }
+    }
+}
+
+/// Sub-bins per power of two in [`FreeBins`].
+const SUB_BINS: u32 = 16;
+/// Bins per pool: sizes from 512 bytes (2^9) to 2^64 − 1.
+const BINS: usize = (64 - 9) * SUB_BINS as usize;
+const BITMAP_WORDS: usize = BINS.div_ceil(64);
+
+/// The free blocks of both pools, ordered as `(pool, size, block)` keys ([`pack`]).
+///
+/// Free blocks of one pool and size form a group: a min-heap of their block ids. Removing a
+/// block that is not the group's first only invalidates its entry (each insertion has a stamp,
+/// and an entry counts while it carries its block's current stamp); invalid entries are
+/// dropped when they reach the top, so the top is always the group's oldest free block. The
+/// distinct sizes sit in size-segregated bins (one sixteenth of a power of two each, sorted),
+/// with a bitmap of the occupied bins: the first key at or after `(pool, size)` is in the
+/// size's own bin or else first in the next occupied one. Best fit thus costs a search in one
+/// short array of sizes and a few bitmap words; equal sizes (the cached segments of
+/// same-shaped weights, hundreds for a large model) cost a heap operation, not a shift.
+#[derive(Debug, Clone)]
+struct FreeBins {
+    /// Per pool and bin, the distinct free sizes in order, each with its group.
+    bins: Vec<Vec<(u64, u32)>>,
+    occupied: [[u64; BITMAP_WORDS]; 2],
+    groups: Vec<Group>,
+    /// Groups emptied, for reuse.
+    spare: Vec<u32>,
+    /// Per block, the stamp of its entry while it is free (0: not free).
+    stamps: Vec<u32>,
+    next_stamp: u32,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Group {
+    /// `Reverse(block << 32 | stamp)`: the smallest block id on top.
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<u64>>,
+    live: u32,
+}
+
+impl FreeBins {
+    fn new() -> FreeBins {
+        FreeBins {
+            bins: vec![Vec::new(); 2 * BINS],
+            occupied: [[0; BITMAP_WORDS]; 2],
+            groups: Vec::new(),
+            spare: Vec::new(),
+            stamps: Vec::new(),
+            next_stamp: 1,
+        }
+    }
+
+    /// The bin of a size of at least 512 bytes (every block is a multiple of 512).
+    fn bin(size: u64) -> usize {
+        debug_assert!(size >= MIN_BLOCK, "a block below 512 bytes");
+        let log = 63 - size.leading_zeros();
+        let sub = (size >> (log - 4)) as u32 & (SUB_BINS - 1);
+        ((log - 9) * SUB_BINS + sub) as usize
+    }
+
+    fn insert(&mut self, key: u128) {
+        let (pool, size, block) = unpack(key);
+        let (p, bin) = (pool as usize, FreeBins::bin(size));
+        let sizes = &mut self.bins[p * BINS + bin];
+        let at = sizes.partition_point(|&(s, _)| s < size);
+        let group = match sizes.get(at) {
+            Some(&(s, g)) if s == size => g,
+            _ => {
+                let g = match self.spare.pop() {
+                    Some(g) => g,
+                    None => {
+                        self.groups.push(Group::default());
+                        u32::try_from(self.groups.len() - 1).expect("fewer than 2^32 groups")
+                    }
+                };
+                sizes.insert(at, (size, g));
+                self.occupied[p][bin / 64] |= 1 << (bin % 64);
+                g
+            }
+        };
+        let b = block as usize;
+        if self.stamps.len() <= b {
+            self.stamps.resize(b + 1, 0);
+        }
+        debug_assert_eq!(self.stamps[b], 0, "a free block inserted twice");
+        let stamp = self.next_stamp;
+        self.next_stamp = self.next_stamp.checked_add(1).expect("fewer than 2^32 frees");
+        self.stamps[b] = stamp;
+        let g = &mut self.groups[group as usize];
+        g.heap.push(std::cmp::Reverse(u64::from(block) << 32 | u64::from(stamp)));
+        g.live += 1;
+    }
+
+    fn remove(&mut self, key: u128) {
+        let (pool, size, block) = unpack(key);
+        let (p, bin) = (pool as usize, FreeBins::bin(size));
+        let sizes = &mut self.bins[p * BINS + bin];
+        let at = sizes.partition_point(|&(s, _)| s < size);
+        let group = match sizes.get(at) {
+            Some(&(s, g)) if s == size => g,
+            _ => panic!("removing a block that is not free"),
+        };
+        assert_ne!(self.stamps[block as usize], 0, "removing a block that is not free");
+        self.stamps[block as usize] = 0;
+        let g = &mut self.groups[group as usize];
+        g.live -= 1;
+        if g.live == 0 {
+            g.heap.clear();
+            sizes.remove(at);
+            if sizes.is_empty() {
+                self.occupied[p][bin / 64] &= !(1 << (bin % 64));
+            }
+            self.spare.push(group);
+            return;
+        }
+        // Drop the invalid entries on top.
+        while let Some(&std::cmp::Reverse(top)) = g.heap.peek() {
+            if self.stamps[(top >> 32) as usize] == top as u32 {
+                break;
+            }
+            g.heap.pop();
+        }
+    }
+
+    /// The oldest free block of a group.
+    fn first(&self, pool: Pool, size: u64, group: u32) -> u128 {
+        let std::cmp::Reverse(top) =
+            *self.groups[group as usize].heap.peek().expect("a group with a live block");
+        pack(pool, size, (top >> 32) as u32)
+    }
+
+    /// The smallest key of `pool` at or after `(pool, size, 0)`.
+    fn first_at_or_after(&self, pool: Pool, size: u64) -> Option<u128> {
+        let p = pool as usize;
+        let bin = FreeBins::bin(size.max(MIN_BLOCK));
+        let sizes = &self.bins[p * BINS + bin];
+        if let Some(&(s, g)) = sizes.get(sizes.partition_point(|&(s, _)| s < size)) {
+            return Some(self.first(pool, s, g));
+        }
+        // The next occupied bin holds only larger sizes: its first.
+        let next = bin + 1;
+        let mut word = next / 64;
+        if word >= BITMAP_WORDS {
+            return None;
+        }
+        let mut bits = self.occupied[p][word] & (u64::MAX << (next % 64));
+        loop {
+            if bits != 0 {
+                let b = word * 64 + bits.trailing_zeros() as usize;
+                let &(s, g) = self.bins[p * BINS + b].first().expect("an occupied bin");
+                return Some(self.first(pool, s, g));
+            }
+            word += 1;
+            if word >= BITMAP_WORDS {
+                return None;
+            }
+            bits = self.occupied[p][word];
         }
     }
 }
