@@ -289,25 +289,20 @@ enum Pool {
     Large,
 }
 
-/// `(pool, size, block)` in one ordered integer: pool in bit 127, size in bits 32–95.
-fn pack(pool: Pool, size: u64, block: u32) -> u128 {
-    (u128::from(pool == Pool::Large) << 127) | (u128::from(size) << 32) | u128::from(block)
-}
+/// No block: the end of a segment's list of blocks, or a tensor not in the cache.
+const NONE: u32 = u32::MAX;
 
-fn unpack(key: u128) -> (Pool, u64, u32) {
-    let pool = if key >> 127 == 1 { Pool::Large } else { Pool::Small };
-    (pool, (key >> 32) as u64, key as u32)
-}
-
-#[derive(Debug, Clone)]
+/// A block of a segment. Blocks live in one array and link to their neighbours in the segment
+/// by index ([`NONE`] at a segment's ends). A block's index is its age: blocks are never
+/// reused, so among free blocks of one size the smallest index stands for the lowest address.
+#[derive(Debug, Clone, Copy)]
 struct Block {
-    pool: Pool,
-    segment: u32,
-    offset: u64,
     size: u64,
+    prev: u32,
+    next: u32,
+    segment: u32,
+    pool: Pool,
     allocated: bool,
-    prev: Option<u32>,
-    next: Option<u32>,
 }
 
 /// The cache's state: blocks, free lists per pool, the totals.
@@ -315,9 +310,8 @@ struct Block {
 struct Cache {
     conf: AllocConf,
     blocks: Vec<Block>,
-    /// Free blocks keyed `(pool, size, block)` packed in a `u128` ([`Cache::key`]): best fit
-    /// is the first at or after `(pool, size)`; among equal sizes the oldest block, which
-    /// stands for the lowest address.
+    /// The free blocks in `(pool, size, block)` order: best fit is the first at or after
+    /// `(pool, size)`; among equal sizes the oldest block, which stands for the lowest address.
     free: FreeBins,
     segments: u32,
     /// Expandable mode: the one segment of each pool, its last block and mapped size.
@@ -339,22 +333,37 @@ impl Cache {
         }
     }
 
-    fn key(&self, b: u32) -> u128 {
-        let k = &self.blocks[b as usize];
-        pack(k.pool, k.size, b)
-    }
-
     fn new_block(&mut self, block: Block) -> u32 {
-        let id = u32::try_from(self.blocks.len()).expect("fewer than 2^32 blocks");
+        let id = u32::try_from(self.blocks.len()).ok().filter(|&id| id != NONE);
         self.blocks.push(block);
-        id
+        id.expect("fewer than 2^32 - 1 blocks")
     }
 
-    /// Allocates a request already rounded to 512 bytes by the stream; returns the block and
-    /// whether reserved memory grew.
+    fn insert_free(&mut self, b: u32) {
+        let k = self.blocks[b as usize];
+        self.free.insert(k.pool, k.size, b);
+    }
+
+    fn remove_free(&mut self, b: u32) {
+        let k = self.blocks[b as usize];
+        self.free.remove(k.pool, k.size, b);
+    }
+
+    /// The pool of a rounded request.
+    fn pool(rs: u64) -> Pool {
+        if rs <= SMALL_SIZE { Pool::Small } else { Pool::Large }
+    }
+
+    /// Allocates a request of `bytes`; returns the block and whether reserved memory grew.
+    #[cfg(test)]
     fn malloc(&mut self, bytes: u64) -> (u32, bool) {
-        let rs = self.conf.round_size(bytes);
-        let pool = if rs <= SMALL_SIZE { Pool::Small } else { Pool::Large };
+        self.malloc_rounded(self.conf.round_size(bytes))
+    }
+
+    /// Allocates a request already rounded by [`AllocConf::round_size`]; returns the block and
+    /// whether reserved memory grew.
+    fn malloc_rounded(&mut self, rs: u64) -> (u32, bool) {
+        let pool = Cache::pool(rs);
         let mut grew = false;
         let block = match self.best_fit(pool, rs) {
             Some(b) => b,
@@ -367,33 +376,33 @@ impl Cache {
                 }
             }
         };
-        self.free.remove(self.key(block));
-        let size = self.blocks[block as usize].size;
-        let remaining = size - rs;
+        self.remove_free(block);
+        let b = self.blocks[block as usize];
+        let remaining = b.size - rs;
         let split = if pool == Pool::Small || self.conf.expandable_segments {
             remaining >= MIN_BLOCK
         } else {
             rs < self.conf.max_split_size.unwrap_or(u64::MAX) && remaining > SMALL_SIZE
         };
         if split {
-            let b = self.blocks[block as usize].clone();
             let rest = self.new_block(Block {
                 pool,
                 segment: b.segment,
-                offset: b.offset + rs,
                 size: remaining,
                 allocated: false,
-                prev: Some(block),
+                prev: block,
                 next: b.next,
             });
-            if let Some(n) = b.next {
-                self.blocks[n as usize].prev = Some(rest);
+            if b.next != NONE {
+                self.blocks[b.next as usize].prev = rest;
             }
             let blk = &mut self.blocks[block as usize];
             blk.size = rs;
-            blk.next = Some(rest);
-            self.free.insert(self.key(rest));
-            self.note_tail(b.segment, block, rest);
+            blk.next = rest;
+            self.free.insert(pool, remaining, rest);
+            if self.conf.expandable_segments {
+                self.note_tail(b.segment, block, rest);
+            }
         }
         let blk = &mut self.blocks[block as usize];
         blk.allocated = true;
@@ -411,12 +420,12 @@ impl Cache {
     }
 
     fn best_fit(&self, pool: Pool, rs: u64) -> Option<u32> {
-        let max_split = self.conf.max_split_size.unwrap_or(u64::MAX);
-        let (_, size, b) = unpack(self.free.first_at_or_after(pool, rs)?);
+        let (size, b) = self.free.first_at_or_after(pool, rs)?;
         if self.conf.expandable_segments {
             return Some(b);
         }
         // `get_free_block`'s guards against splitting oversize blocks.
+        let max_split = self.conf.max_split_size.unwrap_or(u64::MAX);
         if rs < max_split && size >= max_split {
             return None;
         }
@@ -435,16 +444,9 @@ impl Cache {
         self.reserved += size;
         let segment = self.segments;
         self.segments += 1;
-        let b = self.new_block(Block {
-            pool,
-            segment,
-            offset: 0,
-            size,
-            allocated: false,
-            prev: None,
-            next: None,
-        });
-        self.free.insert(self.key(b));
+        let b =
+            self.new_block(Block { pool, segment, size, allocated: false, prev: NONE, next: NONE });
+        self.free.insert(pool, size, b);
         b
     }
 
@@ -461,11 +463,10 @@ impl Cache {
                 let b = self.new_block(Block {
                     pool,
                     segment,
-                    offset: 0,
                     size: 0,
                     allocated: true, // an empty placeholder, never freed or handed out
-                    prev: None,
-                    next: None,
+                    prev: NONE,
+                    next: NONE,
                 });
                 (segment, b, 0)
             }
@@ -475,59 +476,57 @@ impl Cache {
         let grow = (rs - have).div_ceil(page) * page;
         self.reserved += grow;
         let block = if tail_free {
-            self.free.remove(self.key(tail));
+            self.remove_free(tail);
             self.blocks[tail as usize].size += grow;
             tail
         } else {
             let b = self.new_block(Block {
                 pool,
                 segment,
-                offset: mapped,
                 size: grow,
                 allocated: false,
-                prev: Some(tail),
-                next: None,
+                prev: tail,
+                next: NONE,
             });
-            self.blocks[tail as usize].next = Some(b);
+            self.blocks[tail as usize].next = b;
             b
         };
-        self.free.insert(self.key(block));
+        self.insert_free(block);
         self.expandable[slot] = Some((segment, block, mapped + grow));
         block
     }
 
     fn release(&mut self, block: u32) {
-        let (size, prev, next) = {
-            let b = &mut self.blocks[block as usize];
-            debug_assert!(b.allocated, "a block freed twice");
-            b.allocated = false;
-            (b.size, b.prev, b.next)
-        };
+        let Block { size, prev, next, .. } = self.blocks[block as usize];
+        debug_assert!(self.blocks[block as usize].allocated, "a block freed twice");
+        self.blocks[block as usize].allocated = false;
         self.allocated -= size;
         let mut keep = block;
         // `try_merge_blocks` with a free neighbour in the same segment.
-        if let Some(p) = prev.filter(|&p| !self.blocks[p as usize].allocated) {
-            self.free.remove(self.key(p));
-            self.absorb(p, block);
-            keep = p;
+        if prev != NONE && !self.blocks[prev as usize].allocated {
+            self.remove_free(prev);
+            self.absorb(prev, block);
+            keep = prev;
         }
-        if let Some(n) = next.filter(|&n| !self.blocks[n as usize].allocated) {
-            self.free.remove(self.key(n));
-            self.absorb(keep, n);
+        if next != NONE && !self.blocks[next as usize].allocated {
+            self.remove_free(next);
+            self.absorb(keep, next);
         }
-        self.free.insert(self.key(keep));
+        self.insert_free(keep);
     }
 
     /// Merges `second`, the block right after `first` in its segment, into `first`.
     fn absorb(&mut self, first: u32, second: u32) {
-        let (size, next) = (self.blocks[second as usize].size, self.blocks[second as usize].next);
+        let Block { size, next, .. } = self.blocks[second as usize];
         let f = &mut self.blocks[first as usize];
         f.size += size;
         f.next = next;
-        if let Some(n) = next {
-            self.blocks[n as usize].prev = Some(first);
+        if next != NONE {
+            self.blocks[next as usize].prev = first;
         }
-        self.retarget_tail(second, first);
+        if self.conf.expandable_segments {
+            self.retarget_tail(second, first);
+        }
     }
 
     fn retarget_tail(&mut self, gone: u32, into: u32) {
@@ -545,35 +544,25 @@ const SUB_BINS: u32 = 16;
 const BINS: usize = (64 - 9) * SUB_BINS as usize;
 const BITMAP_WORDS: usize = BINS.div_ceil(64);
 
-/// The free blocks of both pools, ordered as `(pool, size, block)` keys ([`pack`]).
+/// The free blocks of both pools, in `(pool, size, block)` order.
 ///
-/// Free blocks of one pool and size form a group: a min-heap of their block ids. Removing a
-/// block that is not the group's first only invalidates its entry (each insertion has a stamp,
-/// and an entry counts while it carries its block's current stamp); invalid entries are
-/// dropped when they reach the top, so the top is always the group's oldest free block. The
+/// Free blocks of one pool and size form a group: their block ids sorted in descending order,
+/// so that the group's oldest block (best fit's choice among equal sizes) is the last and is
+/// taken by a pop, and a block freed again, usually among the oldest, goes in near the end. The
 /// distinct sizes sit in size-segregated bins (one sixteenth of a power of two each, sorted),
-/// with a bitmap of the occupied bins: the first key at or after `(pool, size)` is in the
+/// with a bitmap of the occupied bins: the first block at or after `(pool, size)` is in the
 /// size's own bin or else first in the next occupied one. Best fit thus costs a search in one
 /// short array of sizes and a few bitmap words; equal sizes (the cached segments of
-/// same-shaped weights, hundreds for a large model) cost a heap operation, not a shift.
+/// same-shaped weights, hundreds for a large model) cost a pop, not a tree walk.
 #[derive(Debug, Clone)]
 struct FreeBins {
     /// Per pool and bin, the distinct free sizes in order, each with its group.
     bins: Vec<Vec<(u64, u32)>>,
     occupied: [[u64; BITMAP_WORDS]; 2],
-    groups: Vec<Group>,
+    /// Per group, its free blocks in descending order.
+    groups: Vec<Vec<u32>>,
     /// Groups emptied, for reuse.
     spare: Vec<u32>,
-    /// Per block, the stamp of its entry while it is free (0: not free).
-    stamps: Vec<u32>,
-    next_stamp: u32,
-}
-
-#[derive(Debug, Clone, Default)]
-struct Group {
-    /// `Reverse(block << 32 | stamp)`: the smallest block id on top.
-    heap: std::collections::BinaryHeap<std::cmp::Reverse<u64>>,
-    live: u32,
 }
 
 impl FreeBins {
@@ -583,8 +572,6 @@ impl FreeBins {
             occupied: [[0; BITMAP_WORDS]; 2],
             groups: Vec::new(),
             spare: Vec::new(),
-            stamps: Vec::new(),
-            next_stamp: 1,
         }
     }
 
@@ -596,8 +583,7 @@ impl FreeBins {
         ((log - 9) * SUB_BINS + sub) as usize
     }
 
-    fn insert(&mut self, key: u128) {
-        let (pool, size, block) = unpack(key);
+    fn insert(&mut self, pool: Pool, size: u64, block: u32) {
         let (p, bin) = (pool as usize, FreeBins::bin(size));
         let sizes = &mut self.bins[p * BINS + bin];
         let at = sizes.partition_point(|&(s, _)| s < size);
@@ -607,7 +593,7 @@ impl FreeBins {
                 let g = match self.spare.pop() {
                     Some(g) => g,
                     None => {
-                        self.groups.push(Group::default());
+                        self.groups.push(Vec::new());
                         u32::try_from(self.groups.len() - 1).expect("fewer than 2^32 groups")
                     }
                 };
@@ -616,21 +602,18 @@ impl FreeBins {
                 g
             }
         };
-        let b = block as usize;
-        if self.stamps.len() <= b {
-            self.stamps.resize(b + 1, 0);
+        let blocks = &mut self.groups[group as usize];
+        match blocks.last() {
+            Some(&last) if last < block => {
+                let at = blocks.partition_point(|&b| b > block);
+                debug_assert!(blocks.get(at) != Some(&block), "a free block inserted twice");
+                blocks.insert(at, block);
+            }
+            _ => blocks.push(block),
         }
-        debug_assert_eq!(self.stamps[b], 0, "a free block inserted twice");
-        let stamp = self.next_stamp;
-        self.next_stamp = self.next_stamp.checked_add(1).expect("fewer than 2^32 frees");
-        self.stamps[b] = stamp;
-        let g = &mut self.groups[group as usize];
-        g.heap.push(std::cmp::Reverse(u64::from(block) << 32 | u64::from(stamp)));
-        g.live += 1;
     }
 
-    fn remove(&mut self, key: u128) {
-        let (pool, size, block) = unpack(key);
+    fn remove(&mut self, pool: Pool, size: u64, block: u32) {
         let (p, bin) = (pool as usize, FreeBins::bin(size));
         let sizes = &mut self.bins[p * BINS + bin];
         let at = sizes.partition_point(|&(s, _)| s < size);
@@ -638,42 +621,36 @@ impl FreeBins {
             Some(&(s, g)) if s == size => g,
             _ => panic!("removing a block that is not free"),
         };
-        assert_ne!(self.stamps[block as usize], 0, "removing a block that is not free");
-        self.stamps[block as usize] = 0;
-        let g = &mut self.groups[group as usize];
-        g.live -= 1;
-        if g.live == 0 {
-            g.heap.clear();
+        let blocks = &mut self.groups[group as usize];
+        if blocks.last() == Some(&block) {
+            blocks.pop();
+        } else {
+            let i = blocks.partition_point(|&b| b > block);
+            assert_eq!(blocks.get(i), Some(&block), "removing a block that is not free");
+            blocks.remove(i);
+        }
+        if blocks.is_empty() {
             sizes.remove(at);
             if sizes.is_empty() {
                 self.occupied[p][bin / 64] &= !(1 << (bin % 64));
             }
             self.spare.push(group);
-            return;
-        }
-        // Drop the invalid entries on top.
-        while let Some(&std::cmp::Reverse(top)) = g.heap.peek() {
-            if self.stamps[(top >> 32) as usize] == top as u32 {
-                break;
-            }
-            g.heap.pop();
         }
     }
 
-    /// The oldest free block of a group.
-    fn first(&self, pool: Pool, size: u64, group: u32) -> u128 {
-        let std::cmp::Reverse(top) =
-            *self.groups[group as usize].heap.peek().expect("a group with a live block");
-        pack(pool, size, (top >> 32) as u32)
+    /// The size and the oldest free block of a group.
+    fn first(&self, size: u64, group: u32) -> (u64, u32) {
+        (size, *self.groups[group as usize].last().expect("a group with a free block"))
     }
 
-    /// The smallest key of `pool` at or after `(pool, size, 0)`.
-    fn first_at_or_after(&self, pool: Pool, size: u64) -> Option<u128> {
+    /// The first free block of `pool` at or after `(pool, size)`: the smallest size at least
+    /// `size`, its oldest block.
+    fn first_at_or_after(&self, pool: Pool, size: u64) -> Option<(u64, u32)> {
         let p = pool as usize;
         let bin = FreeBins::bin(size.max(MIN_BLOCK));
         let sizes = &self.bins[p * BINS + bin];
         if let Some(&(s, g)) = sizes.get(sizes.partition_point(|&(s, _)| s < size)) {
-            return Some(self.first(pool, s, g));
+            return Some(self.first(s, g));
         }
         // The next occupied bin holds only larger sizes: its first.
         let next = bin + 1;
@@ -686,7 +663,7 @@ impl FreeBins {
             if bits != 0 {
                 let b = word * 64 + bits.trailing_zeros() as usize;
                 let &(s, g) = self.bins[p * BINS + b].first().expect("an occupied bin");
-                return Some(self.first(pool, s, g));
+                return Some(self.first(s, g));
             }
             word += 1;
             if word >= BITMAP_WORDS {
@@ -726,17 +703,21 @@ pub struct ReservedPeakCause {
     pub iteration: u32,
 }
 
+/// One recorded event, as the replay needs it: a request already rounded (0 for a free), the
+/// tensor, and for a request the index of what it was for in [`CachingAllocator::causes`].
 #[derive(Debug, Clone, Copy)]
-enum Op {
-    Alloc { tid: u32, bytes: u64, component: Component, phase: Phase },
-    Free { tid: u32 },
-    Phase(Phase),
+struct Op {
+    rounded: u64,
+    tid: u32,
+    cause: u32,
 }
 
 /// The caching allocator as an observer of the allocation stream.
 ///
 /// The stream starts with the model's setup (parameters, workspaces, the optimizer state)
 /// until the step's first `Phase(Forward)` after the initial one; the rest is one iteration.
+/// Each event is recorded once, compactly (requests rounded, phases reduced to where
+/// `optimizer.step()` begins), and replayed for every iteration.
 #[derive(Debug, Clone)]
 pub(crate) struct CachingAllocator {
     conf: AllocConf,
@@ -744,18 +725,32 @@ pub(crate) struct CachingAllocator {
     phases: u32,
     setup: Vec<Op>,
     step: Vec<Op>,
+    /// The first `OptimizerStep` phase of the step: the index of the event it precedes.
+    optimizer_step_at: Option<usize>,
+    /// Per request: its bytes, component and phase (read when it sets the reserved peak).
+    causes: Vec<(u64, Component, Phase)>,
+    /// The largest tensor id seen.
+    max_tid: u32,
 }
 
 impl CachingAllocator {
     pub(crate) fn new(conf: AllocConf) -> CachingAllocator {
-        CachingAllocator { conf, phases: 0, setup: Vec::new(), step: Vec::with_capacity(1 << 14) }
+        CachingAllocator {
+            conf,
+            phases: 0,
+            setup: Vec::new(),
+            step: Vec::with_capacity(1 << 14),
+            optimizer_step_at: None,
+            causes: Vec::with_capacity(1 << 13),
+            max_tid: 0,
+        }
     }
 
     /// Replays the run: setup without the optimizer state, the first iteration creating it at
     /// the start of `optimizer.step()`, then iterations until reserved memory stops growing.
     pub(crate) fn finish(self) -> Reserved {
         let mut cache = Cache::new(self.conf);
-        let mut map: Vec<Option<u32>> = Vec::new();
+        let mut map: Vec<u32> = vec![NONE; self.max_tid as usize + 1];
         let mut best = Reserved {
             peak_reserved: 0,
             fragmentation: 0,
@@ -768,54 +763,43 @@ impl CachingAllocator {
             },
             iterations: 0,
         };
-        let mut state_ops = Vec::new();
-        let play = |cache: &mut Cache,
-                    map: &mut Vec<Option<u32>>,
-                    op: Op,
-                    it: u32,
-                    best: &mut Reserved| {
-            match op {
-                Op::Alloc { tid, bytes, component, phase } => {
-                    let (block, grew) = cache.malloc(bytes);
-                    let t = tid as usize;
-                    if map.len() <= t {
-                        map.resize(t + 1, None);
+        let causes = &self.causes;
+        let play =
+            |cache: &mut Cache, map: &mut [u32], ops: &[Op], it: u32, best: &mut Reserved| {
+                for &Op { rounded, tid, cause } in ops {
+                    let slot = &mut map[tid as usize];
+                    if cause == NONE {
+                        let block = std::mem::replace(slot, NONE);
+                        if block != NONE {
+                            cache.release(block);
+                        }
+                        continue;
                     }
-                    map[t] = Some(block);
+                    let (block, grew) = cache.malloc_rounded(rounded);
+                    *slot = block;
                     best.peak_allocated_blocks = best.peak_allocated_blocks.max(cache.allocated);
                     if grew && cache.reserved > best.peak_reserved {
                         best.peak_reserved = cache.reserved;
                         best.fragmentation = cache.reserved - cache.allocated;
+                        let (bytes, component, phase) = causes[cause as usize];
                         best.set_by = ReservedPeakCause { bytes, component, phase, iteration: it };
                     }
                 }
-                Op::Free { tid } => {
-                    if let Some(block) = map.get_mut(tid as usize).and_then(Option::take) {
-                        cache.release(block);
-                    }
-                }
-                Op::Phase(_) => {}
-            }
-        };
-        for &op in &self.setup {
-            if matches!(op, Op::Alloc { component: Component::OptimizerState, .. }) {
-                state_ops.push(op);
-            } else {
-                play(&mut cache, &mut map, op, 1, &mut best);
-            }
-        }
+            };
+        let (state_ops, setup_ops): (Vec<Op>, Vec<Op>) = self.setup.iter().partition(|op| {
+            op.cause != NONE && causes[op.cause as usize].1 == Component::OptimizerState
+        });
+        play(&mut cache, &mut map, &setup_ops, 1, &mut best);
         let mut iteration = 1;
         loop {
             let before = cache.reserved;
-            let mut created = iteration > 1;
-            for &op in &self.step {
-                if !created && matches!(op, Op::Phase(Phase::OptimizerStep)) {
-                    created = true;
-                    for &s in &state_ops {
-                        play(&mut cache, &mut map, s, iteration, &mut best);
-                    }
+            match self.optimizer_step_at.filter(|_| iteration == 1) {
+                Some(at) => {
+                    play(&mut cache, &mut map, &self.step[..at], iteration, &mut best);
+                    play(&mut cache, &mut map, &state_ops, iteration, &mut best);
+                    play(&mut cache, &mut map, &self.step[at..], iteration, &mut best);
                 }
-                play(&mut cache, &mut map, op, iteration, &mut best);
+                None => play(&mut cache, &mut map, &self.step, iteration, &mut best),
             }
             best.iterations = iteration;
             if (iteration > 1 && cache.reserved == before) || iteration >= MAX_ITERATIONS {
@@ -831,15 +815,28 @@ impl StreamObserver for CachingAllocator {
     fn observe(&mut self, event: StreamEvent, state: StreamState<'_>) {
         let op = match event {
             StreamEvent::Alloc { tid, bytes, component } => {
-                Op::Alloc { tid: tid.index() as u32, bytes, component, phase: state.phase }
+                let cause = u32::try_from(self.causes.len()).ok().filter(|&c| c != NONE);
+                self.causes.push((bytes, component, state.phase));
+                Op {
+                    rounded: self.conf.round_size(bytes),
+                    tid: tid.index() as u32,
+                    cause: cause.expect("fewer than 2^32 - 1 allocations"),
+                }
             }
-            StreamEvent::Free { tid, .. } => Op::Free { tid: tid.index() as u32 },
+            StreamEvent::Free { tid, .. } => {
+                Op { rounded: 0, tid: tid.index() as u32, cause: NONE }
+            }
             StreamEvent::Phase(p) => {
                 self.phases += 1;
-                Op::Phase(p)
+                if self.phases > 1 && p == Phase::OptimizerStep && self.optimizer_step_at.is_none()
+                {
+                    self.optimizer_step_at = Some(self.step.len());
+                }
+                return;
             }
             StreamEvent::Recategorize { .. } => return,
         };
+        self.max_tid = self.max_tid.max(op.tid);
         // The initial phase event, then the setup; the step begins at the next `Forward`.
         if self.phases <= 1 {
             self.setup.push(op);
