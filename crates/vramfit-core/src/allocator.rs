@@ -546,23 +546,48 @@ const BITMAP_WORDS: usize = BINS.div_ceil(64);
 
 /// The free blocks of both pools, in `(pool, size, block)` order.
 ///
-/// Free blocks of one pool and size form a group: their block ids sorted in descending order,
-/// so that the group's oldest block (best fit's choice among equal sizes) is the last and is
-/// taken by a pop, and a block freed again, usually among the oldest, goes in near the end. The
-/// distinct sizes sit in size-segregated bins (one sixteenth of a power of two each, sorted),
-/// with a bitmap of the occupied bins: the first block at or after `(pool, size)` is in the
-/// size's own bin or else first in the next occupied one. Best fit thus costs a search in one
-/// short array of sizes and a few bitmap words; equal sizes (the cached segments of
-/// same-shaped weights, hundreds for a large model) cost a pop, not a tree walk.
+/// The distinct free sizes sit in size-segregated bins (one sixteenth of a power of two each,
+/// sorted), with a bitmap of the occupied bins: the first block at or after `(pool, size)` is
+/// in the size's own bin or else first in the next occupied one. Best fit thus costs a search
+/// in one short array of sizes and a few bitmap words. A size held by one free block (most
+/// are: the remainders of splits) names that block in its entry; several free blocks of one
+/// size form a group, their ids sorted in descending order, so that the group's oldest block
+/// (best fit's choice among equal sizes) is the last and is taken by a pop, and a block freed
+/// again, usually among the oldest, goes in near the end (the cached segments of same-shaped
+/// weights make groups of hundreds for a large model).
 #[derive(Debug, Clone)]
 struct FreeBins {
-    /// Per pool and bin, the distinct free sizes in order, each with its group.
+    /// Per pool and bin, the distinct free sizes in order, each with a [`SINGLE`] block or a
+    /// group.
     bins: Vec<Vec<(u64, u32)>>,
     occupied: [[u64; BITMAP_WORDS]; 2],
-    /// Per group, its free blocks in descending order.
+    /// Per group, its free blocks in descending order (at least two).
     groups: Vec<Vec<u32>>,
     /// Groups emptied, for reuse.
     spare: Vec<u32>,
+}
+
+/// The bit of a bin entry that names a single block rather than a group.
+const SINGLE: u32 = 1 << 31;
+
+/// Inserts `x` at `at` in a short sorted array: a shift by hand, cheaper than a call to
+/// `memmove` for the few elements a bin holds.
+fn insert_at<T: Copy>(v: &mut Vec<T>, at: usize, x: T) {
+    v.push(x);
+    let mut i = v.len() - 1;
+    while i > at {
+        v[i] = v[i - 1];
+        i -= 1;
+    }
+    v[at] = x;
+}
+
+/// Removes the element at `at` of a short array, keeping the order.
+fn remove_at<T: Copy>(v: &mut Vec<T>, at: usize) {
+    for i in at..v.len() - 1 {
+        v[i] = v[i + 1];
+    }
+    v.pop();
 }
 
 impl FreeBins {
@@ -584,32 +609,43 @@ impl FreeBins {
     }
 
     fn insert(&mut self, pool: Pool, size: u64, block: u32) {
+        assert!(block < SINGLE, "fewer than 2^31 blocks");
         let (p, bin) = (pool as usize, FreeBins::bin(size));
         let sizes = &mut self.bins[p * BINS + bin];
         let at = sizes.partition_point(|&(s, _)| s < size);
-        let group = match sizes.get(at) {
-            Some(&(s, g)) if s == size => g,
-            _ => {
-                let g = match self.spare.pop() {
-                    Some(g) => g,
-                    None => {
-                        self.groups.push(Vec::new());
-                        u32::try_from(self.groups.len() - 1).expect("fewer than 2^32 groups")
+        match sizes.get(at) {
+            Some(&(s, entry)) if s == size => {
+                if entry & SINGLE != 0 {
+                    // A second block of this size: a group of two.
+                    let other = entry & !SINGLE;
+                    let pair = [block.max(other), block.min(other)];
+                    let g = match self.spare.pop() {
+                        Some(g) => {
+                            self.groups[g as usize].extend_from_slice(&pair);
+                            g
+                        }
+                        None => {
+                            self.groups.push(pair.to_vec());
+                            u32::try_from(self.groups.len() - 1).expect("fewer than 2^31 groups")
+                        }
+                    };
+                    sizes[at].1 = g;
+                } else {
+                    let blocks = &mut self.groups[entry as usize];
+                    match blocks.last() {
+                        Some(&last) if last < block => {
+                            let at = blocks.partition_point(|&b| b > block);
+                            debug_assert!(blocks.get(at) != Some(&block), "inserted twice");
+                            blocks.insert(at, block);
+                        }
+                        _ => blocks.push(block),
                     }
-                };
-                sizes.insert(at, (size, g));
+                }
+            }
+            _ => {
+                insert_at(sizes, at, (size, SINGLE | block));
                 self.occupied[p][bin / 64] |= 1 << (bin % 64);
-                g
             }
-        };
-        let blocks = &mut self.groups[group as usize];
-        match blocks.last() {
-            Some(&last) if last < block => {
-                let at = blocks.partition_point(|&b| b > block);
-                debug_assert!(blocks.get(at) != Some(&block), "a free block inserted twice");
-                blocks.insert(at, block);
-            }
-            _ => blocks.push(block),
         }
     }
 
@@ -617,11 +653,19 @@ impl FreeBins {
         let (p, bin) = (pool as usize, FreeBins::bin(size));
         let sizes = &mut self.bins[p * BINS + bin];
         let at = sizes.partition_point(|&(s, _)| s < size);
-        let group = match sizes.get(at) {
-            Some(&(s, g)) if s == size => g,
+        let entry = match sizes.get(at) {
+            Some(&(s, entry)) if s == size => entry,
             _ => panic!("removing a block that is not free"),
         };
-        let blocks = &mut self.groups[group as usize];
+        if entry & SINGLE != 0 {
+            assert_eq!(entry & !SINGLE, block, "removing a block that is not free");
+            remove_at(sizes, at);
+            if sizes.is_empty() {
+                self.occupied[p][bin / 64] &= !(1 << (bin % 64));
+            }
+            return;
+        }
+        let blocks = &mut self.groups[entry as usize];
         if blocks.last() == Some(&block) {
             blocks.pop();
         } else {
@@ -629,18 +673,20 @@ impl FreeBins {
             assert_eq!(blocks.get(i), Some(&block), "removing a block that is not free");
             blocks.remove(i);
         }
-        if blocks.is_empty() {
-            sizes.remove(at);
-            if sizes.is_empty() {
-                self.occupied[p][bin / 64] &= !(1 << (bin % 64));
-            }
-            self.spare.push(group);
+        if let [last] = blocks[..] {
+            // One block left: the entry names it.
+            blocks.clear();
+            sizes[at].1 = SINGLE | last;
+            self.spare.push(entry);
         }
     }
 
-    /// The size and the oldest free block of a group.
-    fn first(&self, size: u64, group: u32) -> (u64, u32) {
-        (size, *self.groups[group as usize].last().expect("a group with a free block"))
+    /// The size and the oldest free block of a bin entry.
+    fn first(&self, size: u64, entry: u32) -> (u64, u32) {
+        if entry & SINGLE != 0 {
+            return (size, entry & !SINGLE);
+        }
+        (size, *self.groups[entry as usize].last().expect("a group of at least two"))
     }
 
     /// The first free block of `pool` at or after `(pool, size)`: the smallest size at least
