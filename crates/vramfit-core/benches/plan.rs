@@ -124,7 +124,11 @@ fn main() {
         let spec = spec(case.model);
         let req = request(&spec, case);
         // The anchor: one full estimate (with the allocator replay) of the user's setup.
-        let device = Device { allocator: Some(AllocConf::DEFAULT), ..Device::CUDA };
+        let device = Device {
+            allocator: Some(AllocConf::DEFAULT),
+            workspaces: req.workspaces,
+            ..Device::CUDA
+        };
         let anchor = median(|| drop(black_box(estimate_on(&spec, &req.setup, &device))), 9);
         let mut outcome: Option<PlanOutcome> = None;
         let searched = median(|| outcome = Some(plan::plan(black_box(&req)).expect("plan")), 5);
@@ -153,7 +157,11 @@ fn main() {
         let returned = median(
             || {
                 for p in out.plans.iter().chain(&out.closest) {
-                    let device = Device { allocator: Some(p.config.alloc), ..Device::CUDA };
+                    let device = Device {
+                        allocator: Some(p.config.alloc),
+                        workspaces: req.workspaces,
+                        ..Device::CUDA
+                    };
                     black_box(estimate_on(&spec, &p.config.setup, &device).ok());
                 }
             },
@@ -184,7 +192,11 @@ fn main() {
         }
         // Every returned plan has exactly the numbers of a full estimate of its setup.
         for p in out.plans.iter().chain(&out.closest) {
-            let device = Device { allocator: Some(p.config.alloc), ..Device::CUDA };
+            let device = Device {
+                allocator: Some(p.config.alloc),
+                workspaces: req.workspaces,
+                ..Device::CUDA
+            };
             let e = estimate_on(&spec, &p.config.setup, &device).expect("estimate");
             assert_eq!(e, p.estimate, "{}", case.label);
             assert_eq!(card::judge(&e, &req.budget), p.verdict, "{}", case.label);
