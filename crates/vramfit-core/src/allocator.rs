@@ -366,17 +366,21 @@ impl Cache {
         let pool = Cache::pool(rs);
         let mut grew = false;
         let block = match self.best_fit(pool, rs) {
-            Some(b) => b,
+            Some(found) => {
+                self.free.take(found);
+                found.block
+            }
             None => {
                 grew = true;
-                if self.conf.expandable_segments {
+                let b = if self.conf.expandable_segments {
                     self.grow_expandable(pool, rs)
                 } else {
                     self.new_segment(pool, rs)
-                }
+                };
+                self.remove_free(b);
+                b
             }
         };
-        self.remove_free(block);
         let b = self.blocks[block as usize];
         let remaining = b.size - rs;
         let split = if pool == Pool::Small || self.conf.expandable_segments {
@@ -419,12 +423,13 @@ impl Cache {
         }
     }
 
-    fn best_fit(&self, pool: Pool, rs: u64) -> Option<u32> {
-        let (size, b) = self.free.first_at_or_after(pool, rs)?;
+    fn best_fit(&self, pool: Pool, rs: u64) -> Option<Found> {
+        let found = self.free.first_at_or_after(pool, rs)?;
         if self.conf.expandable_segments {
-            return Some(b);
+            return Some(found);
         }
         // `get_free_block`'s guards against splitting oversize blocks.
+        let size = found.size;
         let max_split = self.conf.max_split_size.unwrap_or(u64::MAX);
         if rs < max_split && size >= max_split {
             return None;
@@ -432,7 +437,7 @@ impl Cache {
         if rs >= max_split && size >= rs.saturating_add(self.conf.max_non_split_rounding) {
             return None;
         }
-        Some(b)
+        Some(found)
     }
 
     fn new_segment(&mut self, pool: Pool, rs: u64) -> u32 {
@@ -691,12 +696,14 @@ impl FreeBins {
 
     /// The first free block of `pool` at or after `(pool, size)`: the smallest size at least
     /// `size`, its oldest block.
-    fn first_at_or_after(&self, pool: Pool, size: u64) -> Option<(u64, u32)> {
+    fn first_at_or_after(&self, pool: Pool, size: u64) -> Option<Found> {
         let p = pool as usize;
         let bin = FreeBins::bin(size.max(MIN_BLOCK));
-        let sizes = &self.bins[p * BINS + bin];
-        if let Some(&(s, g)) = sizes.get(sizes.partition_point(|&(s, _)| s < size)) {
-            return Some(self.first(s, g));
+        let slot = p * BINS + bin;
+        let sizes = &self.bins[slot];
+        let at = sizes.partition_point(|&(s, _)| s < size);
+        if let Some(&(s, entry)) = sizes.get(at) {
+            return Some(self.found(slot, at, s, entry));
         }
         // The next occupied bin holds only larger sizes: its first.
         let next = bin + 1;
@@ -707,9 +714,9 @@ impl FreeBins {
         let mut bits = self.occupied[p][word] & (u64::MAX << (next % 64));
         loop {
             if bits != 0 {
-                let b = word * 64 + bits.trailing_zeros() as usize;
-                let &(s, g) = self.bins[p * BINS + b].first().expect("an occupied bin");
-                return Some(self.first(s, g));
+                let slot = p * BINS + word * 64 + bits.trailing_zeros() as usize;
+                let &(s, entry) = self.bins[slot].first().expect("an occupied bin");
+                return Some(self.found(slot, 0, s, entry));
             }
             word += 1;
             if word >= BITMAP_WORDS {
@@ -718,6 +725,46 @@ impl FreeBins {
             bits = self.occupied[p][word];
         }
     }
+
+    fn found(&self, slot: usize, at: usize, size: u64, entry: u32) -> Found {
+        let (size, block) = self.first(size, entry);
+        Found { slot, at, size, block }
+    }
+
+    /// Removes the block [`FreeBins::first_at_or_after`] found (nothing changed since): the
+    /// oldest of its size, so the last of its group, without searching again.
+    fn take(&mut self, found: Found) {
+        let sizes = &mut self.bins[found.slot];
+        let entry = sizes[found.at].1;
+        if entry & SINGLE != 0 {
+            debug_assert_eq!(entry & !SINGLE, found.block);
+            remove_at(sizes, found.at);
+            if sizes.is_empty() {
+                let (p, bin) = (found.slot / BINS, found.slot % BINS);
+                self.occupied[p][bin / 64] &= !(1 << (bin % 64));
+            }
+            return;
+        }
+        let blocks = &mut self.groups[entry as usize];
+        let last = blocks.pop();
+        debug_assert_eq!(last, Some(found.block));
+        if let [only] = blocks[..] {
+            blocks.clear();
+            sizes[found.at].1 = SINGLE | only;
+            self.spare.push(entry);
+        }
+    }
+}
+
+/// A free block found by best fit, with where its entry is.
+#[derive(Debug, Clone, Copy)]
+struct Found {
+    /// Pool and bin: the index in [`FreeBins::bins`].
+    slot: usize,
+    /// The entry's index in its bin.
+    at: usize,
+    size: u64,
+    block: u32,
 }
 
 /// What the allocator left: the reserved peak and what set it.
@@ -796,6 +843,9 @@ impl CachingAllocator {
     /// the start of `optimizer.step()`, then iterations until reserved memory stops growing.
     pub(crate) fn finish(self) -> Reserved {
         let mut cache = Cache::new(self.conf);
+        // A block is made per segment and per split: at most one per request replayed, and
+        // two iterations are the usual run.
+        cache.blocks.reserve(self.setup.len() + self.step.len());
         let mut map: Vec<u32> = vec![NONE; self.max_tid as usize + 1];
         let mut best = Reserved {
             peak_reserved: 0,
