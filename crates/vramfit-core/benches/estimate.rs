@@ -51,12 +51,34 @@ fn main() {
         checkpointing: Checkpointing::Full,
         ..TrainSetup::default()
     };
+    let no_allocator = Device { allocator: None, ..Device::CUDA };
+    let zero3 = TrainSetup {
+        parallel: Parallel { gpus_per_node: 8, strategy: Strategy::Zero3, ..Parallel::default() },
+        ..setup.clone()
+    };
+    // `-- --once CASE`: one estimate and nothing else, for an instruction count that does not
+    // depend on the machine's load:
+    // `valgrind --tool=callgrind target/release/deps/estimate-* --once full`
+    // (CASE: full, full-no-allocator, zero3, zero3-no-allocator).
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--once") {
+        let (s, d) = match args.get(i + 1).map(String::as_str) {
+            Some("full") => (&setup, &Device::CUDA),
+            Some("full-no-allocator") => (&setup, &no_allocator),
+            Some("zero3") => (&zero3, &Device::CUDA),
+            Some("zero3-no-allocator") => (&zero3, &no_allocator),
+            other => panic!(
+                "--once takes full, full-no-allocator, zero3 or zero3-no-allocator, not {other:?}"
+            ),
+        };
+        black_box(estimate_on(&seventy, s, d).expect("estimate"));
+        return;
+    }
     let t70 = time(&seventy, &setup);
     println!(
         "estimate llama-3.1-70b b1 s4096 bf16-mixed adamw sdpa ckpt=full: {:.3} ms (budget 5 ms)",
         t70.as_secs_f64() * 1e3
     );
-    let no_allocator = Device { allocator: None, ..Device::CUDA };
     let t70_alloc = t70.saturating_sub(time_on(&seventy, &setup, &no_allocator));
     println!(
         "  of which the caching-allocator replay: {:.3} ms (budget 1 ms)",
@@ -69,10 +91,6 @@ fn main() {
         t70_none.as_secs_f64() * 1e3
     );
     // One rank of eight under ZeRO-3: the worst rank is simulated, not the eight.
-    let zero3 = TrainSetup {
-        parallel: Parallel { gpus_per_node: 8, strategy: Strategy::Zero3, ..Parallel::default() },
-        ..setup.clone()
-    };
     let t70_zero3 = time(&seventy, &zero3);
     println!(
         "estimate llama-3.1-70b b1 s4096 bf16-mixed adamw sdpa ckpt=full --gpus 8 --strategy zero3: {:.3} ms (budget 5 ms; {:.2}x the one-GPU estimate above)",

@@ -4,9 +4,8 @@
 //! force). The goal: at least 10,000 candidates for a 70B model in under 100 ms, every
 //! returned plan with the numbers of a full estimate.
 //!
-//! Several GPUs (ZeRO / FSDP) are not modelled yet, so the 70B case runs on one H200; when
-//! the sharding strategies land, `SEVENTY_B_GPUS` becomes 8 and the strategy lever joins the
-//! search (the candidates multiply; the model-states bound prunes the unsharded ones).
+//! The 70B case runs on 8 H200s under DDP: the sharding lever (ZeRO 1/2/3, FSDP, offload)
+//! multiplies the candidates, and the model-states bound prunes the unsharded ones.
 //! A plain timing loop (no harness): built with `--release` as `cargo bench` does.
 
 use std::hint::black_box;
@@ -19,8 +18,8 @@ use vramfit_core::{
     AllocConf, Attention, Device, ModelSpec, Optimizer, Precision, TrainSetup, catalog, estimate_on,
 };
 
-/// The data-parallel GPUs of the 70B case (8 once sharding strategies exist).
-const SEVENTY_B_GPUS: u64 = 1;
+/// The data-parallel GPUs of the 70B case.
+const SEVENTY_B_GPUS: u64 = 8;
 
 fn spec(name: &str) -> ModelSpec {
     ModelSpec::from_hf_config(catalog::config_json(name).expect("catalog")).expect("parses")
@@ -131,7 +130,11 @@ fn main() {
         let spec = spec(case.model);
         let req = request(&spec, case);
         // The anchor: one full estimate (with the allocator replay) of the user's setup.
-        let device = Device { allocator: Some(AllocConf::DEFAULT), ..Device::CUDA };
+        let device = Device {
+            allocator: Some(AllocConf::DEFAULT),
+            workspaces: req.workspaces,
+            ..Device::CUDA
+        };
         let anchor = median(|| drop(black_box(estimate_on(&spec, &req.setup, &device))), 9);
         let mut outcome: Option<PlanOutcome> = None;
         let searched = median(|| outcome = Some(plan::plan(black_box(&req)).expect("plan")), 5);
@@ -160,7 +163,11 @@ fn main() {
         let returned = median(
             || {
                 for p in out.plans.iter().chain(&out.closest) {
-                    let device = Device { allocator: Some(p.config.alloc), ..Device::CUDA };
+                    let device = Device {
+                        allocator: Some(p.config.alloc),
+                        workspaces: req.workspaces,
+                        ..Device::CUDA
+                    };
                     black_box(estimate_on(&spec, &p.config.setup, &device).ok());
                 }
             },
@@ -191,7 +198,11 @@ fn main() {
         }
         // Every returned plan has exactly the numbers of a full estimate of its setup.
         for p in out.plans.iter().chain(&out.closest) {
-            let device = Device { allocator: Some(p.config.alloc), ..Device::CUDA };
+            let device = Device {
+                allocator: Some(p.config.alloc),
+                workspaces: req.workspaces,
+                ..Device::CUDA
+            };
             let e = estimate_on(&spec, &p.config.setup, &device).expect("estimate");
             assert_eq!(e, p.estimate, "{}", case.label);
             assert_eq!(card::judge(&e, &req.budget), p.verdict, "{}", case.label);

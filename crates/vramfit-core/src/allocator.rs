@@ -23,8 +23,6 @@
 //! never runs), `garbage_collection_threshold` parsed but inactive (it acts only under
 //! `set_per_process_memory_fraction`).
 
-use std::collections::BTreeSet;
-
 use serde::Serialize;
 
 use crate::timeline::{Component, Phase, StreamEvent, StreamObserver, StreamState};
@@ -291,25 +289,20 @@ enum Pool {
     Large,
 }
 
-/// `(pool, size, block)` in one ordered integer: pool in bit 127, size in bits 32–95.
-fn pack(pool: Pool, size: u64, block: u32) -> u128 {
-    (u128::from(pool == Pool::Large) << 127) | (u128::from(size) << 32) | u128::from(block)
-}
+/// No block: the end of a segment's list of blocks, or a tensor not in the cache.
+const NONE: u32 = u32::MAX;
 
-fn unpack(key: u128) -> (Pool, u64, u32) {
-    let pool = if key >> 127 == 1 { Pool::Large } else { Pool::Small };
-    (pool, (key >> 32) as u64, key as u32)
-}
-
-#[derive(Debug, Clone)]
+/// A block of a segment. Blocks live in one array and link to their neighbours in the segment
+/// by index ([`NONE`] at a segment's ends). A block's index is its age: blocks are never
+/// reused, so among free blocks of one size the smallest index stands for the lowest address.
+#[derive(Debug, Clone, Copy)]
 struct Block {
-    pool: Pool,
-    segment: u32,
-    offset: u64,
     size: u64,
+    prev: u32,
+    next: u32,
+    segment: u32,
+    pool: Pool,
     allocated: bool,
-    prev: Option<u32>,
-    next: Option<u32>,
 }
 
 /// The cache's state: blocks, free lists per pool, the totals.
@@ -317,10 +310,9 @@ struct Block {
 struct Cache {
     conf: AllocConf,
     blocks: Vec<Block>,
-    /// Free blocks keyed `(pool, size, block)` packed in a `u128` ([`Cache::key`]): best fit
-    /// is the first at or after `(pool, size)`; among equal sizes the oldest block, which
-    /// stands for the lowest address.
-    free: BTreeSet<u128>,
+    /// The free blocks in `(pool, size, block)` order: best fit is the first at or after
+    /// `(pool, size)`; among equal sizes the oldest block, which stands for the lowest address.
+    free: FreeBins,
     segments: u32,
     /// Expandable mode: the one segment of each pool, its last block and mapped size.
     expandable: [Option<(u32, u32, u64)>; 2],
@@ -333,7 +325,7 @@ impl Cache {
         Cache {
             conf,
             blocks: Vec::with_capacity(1024),
-            free: BTreeSet::new(),
+            free: FreeBins::new(),
             segments: 0,
             expandable: [None, None],
             allocated: 0,
@@ -341,61 +333,80 @@ impl Cache {
         }
     }
 
-    fn key(&self, b: u32) -> u128 {
-        let k = &self.blocks[b as usize];
-        pack(k.pool, k.size, b)
-    }
-
     fn new_block(&mut self, block: Block) -> u32 {
-        let id = u32::try_from(self.blocks.len()).expect("fewer than 2^32 blocks");
+        let id = u32::try_from(self.blocks.len()).ok().filter(|&id| id != NONE);
         self.blocks.push(block);
-        id
+        id.expect("fewer than 2^32 - 1 blocks")
     }
 
-    /// Allocates a request already rounded to 512 bytes by the stream; returns the block and
-    /// whether reserved memory grew.
+    fn insert_free(&mut self, b: u32) {
+        let k = self.blocks[b as usize];
+        self.free.insert(k.pool, k.size, b);
+    }
+
+    fn remove_free(&mut self, b: u32) {
+        let k = self.blocks[b as usize];
+        self.free.remove(k.pool, k.size, b);
+    }
+
+    /// The pool of a rounded request.
+    fn pool(rs: u64) -> Pool {
+        if rs <= SMALL_SIZE { Pool::Small } else { Pool::Large }
+    }
+
+    /// Allocates a request of `bytes`; returns the block and whether reserved memory grew.
+    #[cfg(test)]
     fn malloc(&mut self, bytes: u64) -> (u32, bool) {
-        let rs = self.conf.round_size(bytes);
-        let pool = if rs <= SMALL_SIZE { Pool::Small } else { Pool::Large };
+        self.malloc_rounded(self.conf.round_size(bytes))
+    }
+
+    /// Allocates a request already rounded by [`AllocConf::round_size`]; returns the block and
+    /// whether reserved memory grew.
+    fn malloc_rounded(&mut self, rs: u64) -> (u32, bool) {
+        let pool = Cache::pool(rs);
         let mut grew = false;
         let block = match self.best_fit(pool, rs) {
-            Some(b) => b,
+            Some(found) => {
+                self.free.take(found);
+                found.block
+            }
             None => {
                 grew = true;
-                if self.conf.expandable_segments {
+                let b = if self.conf.expandable_segments {
                     self.grow_expandable(pool, rs)
                 } else {
                     self.new_segment(pool, rs)
-                }
+                };
+                self.remove_free(b);
+                b
             }
         };
-        self.free.remove(&self.key(block));
-        let size = self.blocks[block as usize].size;
-        let remaining = size - rs;
+        let b = self.blocks[block as usize];
+        let remaining = b.size - rs;
         let split = if pool == Pool::Small || self.conf.expandable_segments {
             remaining >= MIN_BLOCK
         } else {
             rs < self.conf.max_split_size.unwrap_or(u64::MAX) && remaining > SMALL_SIZE
         };
         if split {
-            let b = self.blocks[block as usize].clone();
             let rest = self.new_block(Block {
                 pool,
                 segment: b.segment,
-                offset: b.offset + rs,
                 size: remaining,
                 allocated: false,
-                prev: Some(block),
+                prev: block,
                 next: b.next,
             });
-            if let Some(n) = b.next {
-                self.blocks[n as usize].prev = Some(rest);
+            if b.next != NONE {
+                self.blocks[b.next as usize].prev = rest;
             }
             let blk = &mut self.blocks[block as usize];
             blk.size = rs;
-            blk.next = Some(rest);
-            self.free.insert(self.key(rest));
-            self.note_tail(b.segment, block, rest);
+            blk.next = rest;
+            self.free.insert(pool, remaining, rest);
+            if self.conf.expandable_segments {
+                self.note_tail(b.segment, block, rest);
+            }
         }
         let blk = &mut self.blocks[block as usize];
         blk.allocated = true;
@@ -412,24 +423,21 @@ impl Cache {
         }
     }
 
-    fn best_fit(&self, pool: Pool, rs: u64) -> Option<u32> {
-        let max_split = self.conf.max_split_size.unwrap_or(u64::MAX);
-        let key = *self.free.range(pack(pool, rs, 0)..).next()?;
-        let (p, size, b) = unpack(key);
-        if p != pool {
-            return None;
-        }
+    fn best_fit(&self, pool: Pool, rs: u64) -> Option<Found> {
+        let found = self.free.first_at_or_after(pool, rs)?;
         if self.conf.expandable_segments {
-            return Some(b);
+            return Some(found);
         }
         // `get_free_block`'s guards against splitting oversize blocks.
+        let size = found.size;
+        let max_split = self.conf.max_split_size.unwrap_or(u64::MAX);
         if rs < max_split && size >= max_split {
             return None;
         }
         if rs >= max_split && size >= rs.saturating_add(self.conf.max_non_split_rounding) {
             return None;
         }
-        Some(b)
+        Some(found)
     }
 
     fn new_segment(&mut self, pool: Pool, rs: u64) -> u32 {
@@ -441,16 +449,9 @@ impl Cache {
         self.reserved += size;
         let segment = self.segments;
         self.segments += 1;
-        let b = self.new_block(Block {
-            pool,
-            segment,
-            offset: 0,
-            size,
-            allocated: false,
-            prev: None,
-            next: None,
-        });
-        self.free.insert(self.key(b));
+        let b =
+            self.new_block(Block { pool, segment, size, allocated: false, prev: NONE, next: NONE });
+        self.free.insert(pool, size, b);
         b
     }
 
@@ -467,11 +468,10 @@ impl Cache {
                 let b = self.new_block(Block {
                     pool,
                     segment,
-                    offset: 0,
                     size: 0,
                     allocated: true, // an empty placeholder, never freed or handed out
-                    prev: None,
-                    next: None,
+                    prev: NONE,
+                    next: NONE,
                 });
                 (segment, b, 0)
             }
@@ -481,59 +481,57 @@ impl Cache {
         let grow = (rs - have).div_ceil(page) * page;
         self.reserved += grow;
         let block = if tail_free {
-            self.free.remove(&self.key(tail));
+            self.remove_free(tail);
             self.blocks[tail as usize].size += grow;
             tail
         } else {
             let b = self.new_block(Block {
                 pool,
                 segment,
-                offset: mapped,
                 size: grow,
                 allocated: false,
-                prev: Some(tail),
-                next: None,
+                prev: tail,
+                next: NONE,
             });
-            self.blocks[tail as usize].next = Some(b);
+            self.blocks[tail as usize].next = b;
             b
         };
-        self.free.insert(self.key(block));
+        self.insert_free(block);
         self.expandable[slot] = Some((segment, block, mapped + grow));
         block
     }
 
     fn release(&mut self, block: u32) {
-        let (size, prev, next) = {
-            let b = &mut self.blocks[block as usize];
-            debug_assert!(b.allocated, "a block freed twice");
-            b.allocated = false;
-            (b.size, b.prev, b.next)
-        };
+        let Block { size, prev, next, .. } = self.blocks[block as usize];
+        debug_assert!(self.blocks[block as usize].allocated, "a block freed twice");
+        self.blocks[block as usize].allocated = false;
         self.allocated -= size;
         let mut keep = block;
         // `try_merge_blocks` with a free neighbour in the same segment.
-        if let Some(p) = prev.filter(|&p| !self.blocks[p as usize].allocated) {
-            self.free.remove(&self.key(p));
-            self.absorb(p, block);
-            keep = p;
+        if prev != NONE && !self.blocks[prev as usize].allocated {
+            self.remove_free(prev);
+            self.absorb(prev, block);
+            keep = prev;
         }
-        if let Some(n) = next.filter(|&n| !self.blocks[n as usize].allocated) {
-            self.free.remove(&self.key(n));
-            self.absorb(keep, n);
+        if next != NONE && !self.blocks[next as usize].allocated {
+            self.remove_free(next);
+            self.absorb(keep, next);
         }
-        self.free.insert(self.key(keep));
+        self.insert_free(keep);
     }
 
     /// Merges `second`, the block right after `first` in its segment, into `first`.
     fn absorb(&mut self, first: u32, second: u32) {
-        let (size, next) = (self.blocks[second as usize].size, self.blocks[second as usize].next);
+        let Block { size, next, .. } = self.blocks[second as usize];
         let f = &mut self.blocks[first as usize];
         f.size += size;
         f.next = next;
-        if let Some(n) = next {
-            self.blocks[n as usize].prev = Some(first);
+        if next != NONE {
+            self.blocks[next as usize].prev = first;
         }
-        self.retarget_tail(second, first);
+        if self.conf.expandable_segments {
+            self.retarget_tail(second, first);
+        }
     }
 
     fn retarget_tail(&mut self, gone: u32, into: u32) {
@@ -543,6 +541,230 @@ impl Cache {
             }
         }
     }
+}
+
+/// Sub-bins per power of two in [`FreeBins`].
+const SUB_BINS: u32 = 16;
+/// Bins per pool: sizes from 512 bytes (2^9) to 2^64 − 1.
+const BINS: usize = (64 - 9) * SUB_BINS as usize;
+const BITMAP_WORDS: usize = BINS.div_ceil(64);
+
+/// The free blocks of both pools, in `(pool, size, block)` order.
+///
+/// The distinct free sizes sit in size-segregated bins (one sixteenth of a power of two each,
+/// sorted), with a bitmap of the occupied bins: the first block at or after `(pool, size)` is
+/// in the size's own bin or else first in the next occupied one. Best fit thus costs a search
+/// in one short array of sizes and a few bitmap words. A size held by one free block (most
+/// are: the remainders of splits) names that block in its entry; several free blocks of one
+/// size form a group, their ids sorted in descending order, so that the group's oldest block
+/// (best fit's choice among equal sizes) is the last and is taken by a pop, and a block freed
+/// again, usually among the oldest, goes in near the end (the cached segments of same-shaped
+/// weights make groups of hundreds for a large model).
+#[derive(Debug, Clone)]
+struct FreeBins {
+    /// Per pool and bin, the distinct free sizes in order, each with a [`SINGLE`] block or a
+    /// group.
+    bins: Vec<Vec<(u64, u32)>>,
+    occupied: [[u64; BITMAP_WORDS]; 2],
+    /// Per group, its free blocks in descending order (at least two).
+    groups: Vec<Vec<u32>>,
+    /// Groups emptied, for reuse.
+    spare: Vec<u32>,
+}
+
+/// The bit of a bin entry that names a single block rather than a group.
+const SINGLE: u32 = 1 << 31;
+
+/// Inserts `x` at `at` in a short sorted array: a shift by hand, cheaper than a call to
+/// `memmove` for the few elements a bin holds.
+fn insert_at<T: Copy>(v: &mut Vec<T>, at: usize, x: T) {
+    v.push(x);
+    let mut i = v.len() - 1;
+    while i > at {
+        v[i] = v[i - 1];
+        i -= 1;
+    }
+    v[at] = x;
+}
+
+/// Removes the element at `at` of a short array, keeping the order.
+fn remove_at<T: Copy>(v: &mut Vec<T>, at: usize) {
+    for i in at..v.len() - 1 {
+        v[i] = v[i + 1];
+    }
+    v.pop();
+}
+
+impl FreeBins {
+    fn new() -> FreeBins {
+        FreeBins {
+            bins: vec![Vec::new(); 2 * BINS],
+            occupied: [[0; BITMAP_WORDS]; 2],
+            groups: Vec::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// The bin of a size of at least 512 bytes (every block is a multiple of 512).
+    fn bin(size: u64) -> usize {
+        debug_assert!(size >= MIN_BLOCK, "a block below 512 bytes");
+        let log = 63 - size.leading_zeros();
+        let sub = (size >> (log - 4)) as u32 & (SUB_BINS - 1);
+        ((log - 9) * SUB_BINS + sub) as usize
+    }
+
+    fn insert(&mut self, pool: Pool, size: u64, block: u32) {
+        assert!(block < SINGLE, "fewer than 2^31 blocks");
+        let (p, bin) = (pool as usize, FreeBins::bin(size));
+        let sizes = &mut self.bins[p * BINS + bin];
+        let at = sizes.partition_point(|&(s, _)| s < size);
+        match sizes.get(at) {
+            Some(&(s, entry)) if s == size => {
+                if entry & SINGLE != 0 {
+                    // A second block of this size: a group of two.
+                    let other = entry & !SINGLE;
+                    let pair = [block.max(other), block.min(other)];
+                    let g = match self.spare.pop() {
+                        Some(g) => {
+                            self.groups[g as usize].extend_from_slice(&pair);
+                            g
+                        }
+                        None => {
+                            self.groups.push(pair.to_vec());
+                            u32::try_from(self.groups.len() - 1).expect("fewer than 2^31 groups")
+                        }
+                    };
+                    sizes[at].1 = g;
+                } else {
+                    let blocks = &mut self.groups[entry as usize];
+                    match blocks.last() {
+                        Some(&last) if last < block => {
+                            let at = blocks.partition_point(|&b| b > block);
+                            debug_assert!(blocks.get(at) != Some(&block), "inserted twice");
+                            blocks.insert(at, block);
+                        }
+                        _ => blocks.push(block),
+                    }
+                }
+            }
+            _ => {
+                insert_at(sizes, at, (size, SINGLE | block));
+                self.occupied[p][bin / 64] |= 1 << (bin % 64);
+            }
+        }
+    }
+
+    fn remove(&mut self, pool: Pool, size: u64, block: u32) {
+        let (p, bin) = (pool as usize, FreeBins::bin(size));
+        let sizes = &mut self.bins[p * BINS + bin];
+        let at = sizes.partition_point(|&(s, _)| s < size);
+        let entry = match sizes.get(at) {
+            Some(&(s, entry)) if s == size => entry,
+            _ => panic!("removing a block that is not free"),
+        };
+        if entry & SINGLE != 0 {
+            assert_eq!(entry & !SINGLE, block, "removing a block that is not free");
+            remove_at(sizes, at);
+            if sizes.is_empty() {
+                self.occupied[p][bin / 64] &= !(1 << (bin % 64));
+            }
+            return;
+        }
+        let blocks = &mut self.groups[entry as usize];
+        if blocks.last() == Some(&block) {
+            blocks.pop();
+        } else {
+            let i = blocks.partition_point(|&b| b > block);
+            assert_eq!(blocks.get(i), Some(&block), "removing a block that is not free");
+            blocks.remove(i);
+        }
+        if let [last] = blocks[..] {
+            // One block left: the entry names it.
+            blocks.clear();
+            sizes[at].1 = SINGLE | last;
+            self.spare.push(entry);
+        }
+    }
+
+    /// The size and the oldest free block of a bin entry.
+    fn first(&self, size: u64, entry: u32) -> (u64, u32) {
+        if entry & SINGLE != 0 {
+            return (size, entry & !SINGLE);
+        }
+        (size, *self.groups[entry as usize].last().expect("a group of at least two"))
+    }
+
+    /// The first free block of `pool` at or after `(pool, size)`: the smallest size at least
+    /// `size`, its oldest block.
+    fn first_at_or_after(&self, pool: Pool, size: u64) -> Option<Found> {
+        let p = pool as usize;
+        let bin = FreeBins::bin(size.max(MIN_BLOCK));
+        let slot = p * BINS + bin;
+        let sizes = &self.bins[slot];
+        let at = sizes.partition_point(|&(s, _)| s < size);
+        if let Some(&(s, entry)) = sizes.get(at) {
+            return Some(self.found(slot, at, s, entry));
+        }
+        // The next occupied bin holds only larger sizes: its first.
+        let next = bin + 1;
+        let mut word = next / 64;
+        if word >= BITMAP_WORDS {
+            return None;
+        }
+        let mut bits = self.occupied[p][word] & (u64::MAX << (next % 64));
+        loop {
+            if bits != 0 {
+                let slot = p * BINS + word * 64 + bits.trailing_zeros() as usize;
+                let &(s, entry) = self.bins[slot].first().expect("an occupied bin");
+                return Some(self.found(slot, 0, s, entry));
+            }
+            word += 1;
+            if word >= BITMAP_WORDS {
+                return None;
+            }
+            bits = self.occupied[p][word];
+        }
+    }
+
+    fn found(&self, slot: usize, at: usize, size: u64, entry: u32) -> Found {
+        let (size, block) = self.first(size, entry);
+        Found { slot, at, size, block }
+    }
+
+    /// Removes the block [`FreeBins::first_at_or_after`] found (nothing changed since): the
+    /// oldest of its size, so the last of its group, without searching again.
+    fn take(&mut self, found: Found) {
+        let sizes = &mut self.bins[found.slot];
+        let entry = sizes[found.at].1;
+        if entry & SINGLE != 0 {
+            debug_assert_eq!(entry & !SINGLE, found.block);
+            remove_at(sizes, found.at);
+            if sizes.is_empty() {
+                let (p, bin) = (found.slot / BINS, found.slot % BINS);
+                self.occupied[p][bin / 64] &= !(1 << (bin % 64));
+            }
+            return;
+        }
+        let blocks = &mut self.groups[entry as usize];
+        let last = blocks.pop();
+        debug_assert_eq!(last, Some(found.block));
+        if let [only] = blocks[..] {
+            blocks.clear();
+            sizes[found.at].1 = SINGLE | only;
+            self.spare.push(entry);
+        }
+    }
+}
+
+/// A free block found by best fit, with where its entry is.
+#[derive(Debug, Clone, Copy)]
+struct Found {
+    /// Pool and bin: the index in [`FreeBins::bins`].
+    slot: usize,
+    /// The entry's index in its bin.
+    at: usize,
+    size: u64,
+    block: u32,
 }
 
 /// What the allocator left: the reserved peak and what set it.
@@ -574,17 +796,21 @@ pub struct ReservedPeakCause {
     pub iteration: u32,
 }
 
+/// One recorded event, as the replay needs it: a request already rounded (0 for a free), the
+/// tensor, and for a request the index of what it was for in [`CachingAllocator::causes`].
 #[derive(Debug, Clone, Copy)]
-enum Op {
-    Alloc { tid: u32, bytes: u64, component: Component, phase: Phase },
-    Free { tid: u32 },
-    Phase(Phase),
+struct Op {
+    rounded: u64,
+    tid: u32,
+    cause: u32,
 }
 
 /// The caching allocator as an observer of the allocation stream.
 ///
 /// The stream starts with the model's setup (parameters, workspaces, the optimizer state)
 /// until the step's first `Phase(Forward)` after the initial one; the rest is one iteration.
+/// Each event is recorded once, compactly (requests rounded, phases reduced to where
+/// `optimizer.step()` begins), and replayed for every iteration.
 #[derive(Debug, Clone)]
 pub(crate) struct CachingAllocator {
     conf: AllocConf,
@@ -592,18 +818,35 @@ pub(crate) struct CachingAllocator {
     phases: u32,
     setup: Vec<Op>,
     step: Vec<Op>,
+    /// The first `OptimizerStep` phase of the step: the index of the event it precedes.
+    optimizer_step_at: Option<usize>,
+    /// Per request: its bytes, component and phase (read when it sets the reserved peak).
+    causes: Vec<(u64, Component, Phase)>,
+    /// The largest tensor id seen.
+    max_tid: u32,
 }
 
 impl CachingAllocator {
     pub(crate) fn new(conf: AllocConf) -> CachingAllocator {
-        CachingAllocator { conf, phases: 0, setup: Vec::new(), step: Vec::with_capacity(1 << 14) }
+        CachingAllocator {
+            conf,
+            phases: 0,
+            setup: Vec::new(),
+            step: Vec::with_capacity(1 << 14),
+            optimizer_step_at: None,
+            causes: Vec::with_capacity(1 << 13),
+            max_tid: 0,
+        }
     }
 
     /// Replays the run: setup without the optimizer state, the first iteration creating it at
     /// the start of `optimizer.step()`, then iterations until reserved memory stops growing.
     pub(crate) fn finish(self) -> Reserved {
         let mut cache = Cache::new(self.conf);
-        let mut map: Vec<Option<u32>> = Vec::new();
+        // A block is made per segment and per split: at most one per request replayed, and
+        // two iterations are the usual run.
+        cache.blocks.reserve(self.setup.len() + self.step.len());
+        let mut map: Vec<u32> = vec![NONE; self.max_tid as usize + 1];
         let mut best = Reserved {
             peak_reserved: 0,
             fragmentation: 0,
@@ -616,54 +859,43 @@ impl CachingAllocator {
             },
             iterations: 0,
         };
-        let mut state_ops = Vec::new();
-        let play = |cache: &mut Cache,
-                    map: &mut Vec<Option<u32>>,
-                    op: Op,
-                    it: u32,
-                    best: &mut Reserved| {
-            match op {
-                Op::Alloc { tid, bytes, component, phase } => {
-                    let (block, grew) = cache.malloc(bytes);
-                    let t = tid as usize;
-                    if map.len() <= t {
-                        map.resize(t + 1, None);
+        let causes = &self.causes;
+        let play =
+            |cache: &mut Cache, map: &mut [u32], ops: &[Op], it: u32, best: &mut Reserved| {
+                for &Op { rounded, tid, cause } in ops {
+                    let slot = &mut map[tid as usize];
+                    if cause == NONE {
+                        let block = std::mem::replace(slot, NONE);
+                        if block != NONE {
+                            cache.release(block);
+                        }
+                        continue;
                     }
-                    map[t] = Some(block);
+                    let (block, grew) = cache.malloc_rounded(rounded);
+                    *slot = block;
                     best.peak_allocated_blocks = best.peak_allocated_blocks.max(cache.allocated);
                     if grew && cache.reserved > best.peak_reserved {
                         best.peak_reserved = cache.reserved;
                         best.fragmentation = cache.reserved - cache.allocated;
+                        let (bytes, component, phase) = causes[cause as usize];
                         best.set_by = ReservedPeakCause { bytes, component, phase, iteration: it };
                     }
                 }
-                Op::Free { tid } => {
-                    if let Some(block) = map.get_mut(tid as usize).and_then(Option::take) {
-                        cache.release(block);
-                    }
-                }
-                Op::Phase(_) => {}
-            }
-        };
-        for &op in &self.setup {
-            if matches!(op, Op::Alloc { component: Component::OptimizerState, .. }) {
-                state_ops.push(op);
-            } else {
-                play(&mut cache, &mut map, op, 1, &mut best);
-            }
-        }
+            };
+        let (state_ops, setup_ops): (Vec<Op>, Vec<Op>) = self.setup.iter().partition(|op| {
+            op.cause != NONE && causes[op.cause as usize].1 == Component::OptimizerState
+        });
+        play(&mut cache, &mut map, &setup_ops, 1, &mut best);
         let mut iteration = 1;
         loop {
             let before = cache.reserved;
-            let mut created = iteration > 1;
-            for &op in &self.step {
-                if !created && matches!(op, Op::Phase(Phase::OptimizerStep)) {
-                    created = true;
-                    for &s in &state_ops {
-                        play(&mut cache, &mut map, s, iteration, &mut best);
-                    }
+            match self.optimizer_step_at.filter(|_| iteration == 1) {
+                Some(at) => {
+                    play(&mut cache, &mut map, &self.step[..at], iteration, &mut best);
+                    play(&mut cache, &mut map, &state_ops, iteration, &mut best);
+                    play(&mut cache, &mut map, &self.step[at..], iteration, &mut best);
                 }
-                play(&mut cache, &mut map, op, iteration, &mut best);
+                None => play(&mut cache, &mut map, &self.step, iteration, &mut best),
             }
             best.iterations = iteration;
             if (iteration > 1 && cache.reserved == before) || iteration >= MAX_ITERATIONS {
@@ -679,15 +911,28 @@ impl StreamObserver for CachingAllocator {
     fn observe(&mut self, event: StreamEvent, state: StreamState<'_>) {
         let op = match event {
             StreamEvent::Alloc { tid, bytes, component } => {
-                Op::Alloc { tid: tid.index() as u32, bytes, component, phase: state.phase }
+                let cause = u32::try_from(self.causes.len()).ok().filter(|&c| c != NONE);
+                self.causes.push((bytes, component, state.phase));
+                Op {
+                    rounded: self.conf.round_size(bytes),
+                    tid: tid.index() as u32,
+                    cause: cause.expect("fewer than 2^32 - 1 allocations"),
+                }
             }
-            StreamEvent::Free { tid, .. } => Op::Free { tid: tid.index() as u32 },
+            StreamEvent::Free { tid, .. } => {
+                Op { rounded: 0, tid: tid.index() as u32, cause: NONE }
+            }
             StreamEvent::Phase(p) => {
                 self.phases += 1;
-                Op::Phase(p)
+                if self.phases > 1 && p == Phase::OptimizerStep && self.optimizer_step_at.is_none()
+                {
+                    self.optimizer_step_at = Some(self.step.len());
+                }
+                return;
             }
             StreamEvent::Recategorize { .. } => return,
         };
+        self.max_tid = self.max_tid.max(op.tid);
         // The initial phase event, then the setup; the step begins at the next `Forward`.
         if self.phases <= 1 {
             self.setup.push(op);

@@ -618,14 +618,30 @@ impl<'r, 'a> Search<'r, 'a> {
             }
             new
         });
+        // The full estimates (each a caching-allocator replay, the search's largest cost when
+        // nothing fits) are independent: one thread each; the order of the results is the
+        // misses' order, as one after the other.
+        let misses: Vec<(Config, Config)> = misses
+            .into_iter()
+            .take(CLOSEST)
+            .map(|m| {
+                let at = self.at(&m.config, self.micros[0]);
+                (m.config, at)
+            })
+            .collect();
+        let req = self.req;
+        let estimates: Vec<Option<Estimate>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = misses
+                .iter()
+                .map(|(_, c)| scope.spawn(move || estimate_on(req.spec, &c.setup, &device(req, c))))
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("an estimate panicked").ok()).collect()
+        });
         let mut closest = Vec::new();
-        for miss in misses.into_iter().take(CLOSEST) {
-            let c = self.at(&miss.config, self.micros[0]);
-            let Ok(estimate) = estimate_on(self.req.spec, &c.setup, &device(self.req, &c)) else {
-                continue;
-            };
+        for ((config, _), estimate) in misses.iter().zip(estimates) {
+            let Some(estimate) = estimate else { continue };
             let verdict = judge(self.req, &estimate);
-            closest.push(self.plan_of(&miss.config, self.micros[0], estimate, verdict));
+            closest.push(self.plan_of(config, self.micros[0], estimate, verdict));
         }
         closest.sort_by_key(|p| p.verdict.device_used);
         let requirement = closest.first().map(|p| self.requirement(p));
