@@ -33,11 +33,96 @@ pub(super) fn linear(
     w: ParamId,
     bias: Option<ParamId>,
 ) -> Result<Tensor> {
-    let y = base_linear(g, cx, x, out_features, w, bias)?;
+    let quant = cx.quantized(w);
+    let y = match quant {
+        Some(q) if q.four_bit => linear_4bit(g, cx, x, out_features, w, bias, q)?,
+        Some(q) => linear_8bit(g, cx, x, out_features, w, q)?,
+        None => base_linear(g, cx, x, out_features, w, bias)?,
+    };
+    // PEFT's 4-bit LoRA layer clones the base layer's result ("defensively", per Tim
+    // Dettmers) before adding the adapter's.
+    let clone = quant.is_some_and(|q| q.four_bit);
     match cx.adapter(w) {
-        Some(adapter) => lora(g, cx, x, y, out_features, adapter),
+        Some(adapter) => lora(g, cx, x, y, out_features, adapter, clone),
         None => Ok(y),
     }
+}
+
+/// bitsandbytes' `Linear4bit.forward`: `x.to(compute_dtype)`, `MatMul4Bit` (on CUDA past the
+/// fused kernel's range, `_dequant_linear_fallback`: with double quantisation the absmax
+/// dequantised into two fp32 vectors, the whole weight dequantised in the compute dtype, then
+/// `F.linear`), the output `.to()` the input's dtype. `MatMul4Bit` saves only the packed
+/// weight; its backward dequantises the weight again for the input's gradient. The bias is
+/// left to the caller's bookkeeping: it stays a frozen parameter.
+fn linear_4bit(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    x: Tensor,
+    out_features: u64,
+    _w: ParamId,
+    _bias: Option<ParamId>,
+    q: super::parameters::QuantLinear,
+) -> Result<Tensor> {
+    let (xc, copied) = to(g, x, q.compute_dtype)?;
+    let absmax = match q.nested_blocks {
+        Some(blocks) => {
+            let bytes = mul(blocks, 4)?;
+            Some((g.alloc(bytes)?, g.alloc(bytes)?, bytes))
+        }
+        None => None,
+    };
+    let dequantized = g.alloc(mul(q.numel, q.compute_dtype.size())?)?;
+    let y = new(g, q.compute_dtype, mul(cx.tokens, out_features)?)?;
+    let mut grads = Vec::with_capacity(3);
+    if let Some((_, _, bytes)) = absmax {
+        grads.push(Grad::Scratch(bytes));
+    }
+    grads.push(Grad::Scratch(mul(q.numel, q.compute_dtype.size())?));
+    grads.push(Grad::New(xc.id, xc.bytes()));
+    g.record(&[y.id], &[], &grads);
+    g.drop(dequantized);
+    if let Some((a, b, _)) = absmax {
+        g.drop(a);
+        g.drop(b);
+    }
+    if copied {
+        g.drop(xc.id);
+    }
+    let (out, cast) = to(g, y, x.dtype)?;
+    if cast {
+        g.drop(y.id);
+    }
+    Ok(out)
+}
+
+/// bitsandbytes' `MatMul8bitLt` (`Linear8bitLt.forward`, threshold 6.0, no outlier column):
+/// the input cast to fp16 and quantised (int8 `[tokens, in]` and fp32 row scales), the output
+/// in the input's dtype, the input kept for backward; backward dequantises the weight in the
+/// input's dtype (`CB.to(dtype_A, copy=True)`) for the input's gradient.
+fn linear_8bit(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    x: Tensor,
+    out_features: u64,
+    _w: ParamId,
+    q: super::parameters::QuantLinear,
+) -> Result<Tensor> {
+    let rows = cx.tokens;
+    let half = if x.dtype == DType::F16 { None } else { Some(g.alloc(mul(x.numel, 2)?)?) };
+    let ca = g.alloc(x.numel)?;
+    let sca = g.alloc(mul(rows, 4)?)?;
+    if let Some(h) = half {
+        g.drop(h);
+    }
+    let y = new(g, x.dtype, mul(rows, out_features)?)?;
+    g.drop(ca);
+    g.drop(sca);
+    g.record(
+        &[y.id],
+        &[x.id],
+        &[Grad::Scratch(mul(q.numel, x.dtype.size())?), Grad::New(x.id, x.bytes())],
+    );
+    Ok(y)
 }
 
 /// The weight's low-precision copy for one matmul: autocast caches the casts of leaf
@@ -110,7 +195,17 @@ fn lora(
     result: Tensor,
     out_features: u64,
     adapter: super::parameters::Adapter,
+    clone: bool,
 ) -> Result<Tensor> {
+    let result = if clone {
+        // `result.clone()`: CloneBackward hands the gradient on as it is.
+        let c = new(g, result.dtype, result.numel)?;
+        g.record(&[c.id], &[], &[Grad::Pass(result.id)]);
+        g.drop(result.id);
+        c
+    } else {
+        result
+    };
     let (xa, cast) = to(g, x, g.param(adapter.a).dtype)?;
     let d = if adapter.dropout { dropout(g, cx, xa, 0.5)? } else { xa };
     let a = base_linear(g, cx, d, adapter.rank, adapter.a, None)?;
@@ -200,6 +295,11 @@ pub(super) fn dropout(g: &mut Graph, cx: &Context<'_>, x: Tensor, p: f64) -> Res
     Ok(y)
 }
 
+/// Whether a norm's weight (if any) trains.
+fn trains(g: &Graph, w: Option<ParamId>) -> bool {
+    w.is_some_and(|p| g.param(p).trains)
+}
+
 /// A norm over the hidden dimension; returns its output.
 pub(super) fn norm(
     g: &mut Graph,
@@ -256,7 +356,9 @@ pub(super) fn norm(
                 let y = new(g, DType::F32, hn.numel)?;
                 let mut grads = vec![Grad::New(hn.id, hn.bytes())];
                 grads.extend(wgrad(g, w));
-                g.record(&[y.id], &[hn.id], &grads);
+                // `hn` is saved for the weight's gradient only (a frozen weight needs none).
+                let saved: &[Tid] = if trains(g, w) { &[hn.id] } else { &[] };
+                g.record(&[y.id], saved, &grads);
                 g.drop(hn.id);
                 let (yc, copied) = to(g, y, x.dtype)?;
                 if copied {
@@ -273,7 +375,10 @@ pub(super) fn norm(
                 let y = new(g, odt, hc.numel)?;
                 let mut grads = vec![Grad::New(hc.id, hc.bytes())];
                 grads.extend(wgrad(g, w));
-                g.record(&[y.id], &[hc.id], &grads);
+                // `weight * h` saves `h` for the weight's gradient only: a frozen weight
+                // (LoRA's base) needs none, and the weight itself is a parameter.
+                let saved: &[Tid] = if trains(g, w) { &[hc.id] } else { &[] };
+                g.record(&[y.id], saved, &grads);
                 g.drop(hc.id);
                 y
             };
