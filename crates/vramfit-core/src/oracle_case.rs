@@ -181,9 +181,6 @@ impl OracleCase {
     fn lora(&self) -> Result<Option<crate::setup::Lora>, String> {
         use crate::setup::LoraTargets;
         let Some(l) = &self.lora else { return Ok(None) };
-        if l.use_dora {
-            return Err(format!("{}: DoRA is not modelled", self.id));
-        }
         let targets = match &l.targets {
             None => LoraTargets::PeftDefault,
             Some(Value::String(s)) if s == "default" => LoraTargets::PeftDefault,
@@ -199,6 +196,7 @@ impl OracleCase {
             targets,
             dropout: l.dropout > 0.0,
             modules_to_save: Vec::new(),
+            use_dora: l.use_dora,
         }))
     }
 

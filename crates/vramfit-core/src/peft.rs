@@ -74,6 +74,9 @@ pub enum PeftError {
         /// The model's linear modules, comma separated.
         available: String,
     },
+    /// DoRA on a quantised base (PEFT dequantises each weight for its norm).
+    #[error("--use-dora with --quantization is not modelled")]
+    DoraQuantized,
     /// A strategy that shards parameters or casts the model itself, with a quantised base.
     #[error("--quantization with --strategy {0}: a quantised base under it is not modelled")]
     QuantizationSharded(&'static str),
@@ -222,6 +225,9 @@ pub fn check(layout: &ParameterLayout, setup: &TrainSetup) -> Result<(), PeftErr
         if setup.lora.is_none() {
             return Err(PeftError::QuantizationWithoutLora);
         }
+        if setup.lora.as_ref().is_some_and(|l| l.use_dora) {
+            return Err(PeftError::DoraQuantized);
+        }
         if q.double_quant && !q.kind.four_bit() {
             return Err(PeftError::DoubleQuantInt8);
         }
@@ -266,7 +272,9 @@ pub fn parameter_counts(layout: &ParameterLayout, setup: &TrainSetup) -> (u64, u
         total = total.saturating_add(n);
         if let Some(lora) = &setup.lora {
             if let (Some(r), Some((rows, cols))) = (adapter_rank(lora, decl), decl.shape.matrix()) {
-                let a = r.saturating_mul(rows.saturating_add(cols));
+                // DoRA adds a magnitude per output feature.
+                let magnitude = if lora.use_dora { cols } else { 0 };
+                let a = r.saturating_mul(rows.saturating_add(cols)).saturating_add(magnitude);
                 total = total.saturating_add(a);
                 trainable = trainable.saturating_add(a);
             }
@@ -298,6 +306,7 @@ mod tests {
                 targets,
                 dropout: true,
                 modules_to_save: Vec::new(),
+                use_dora: false,
             }),
             ..TrainSetup::default()
         }
@@ -408,7 +417,7 @@ mod tests {
             let base = crate::estimate(&spec, &setup).unwrap();
             let targets = if all_linear { LoraTargets::AllLinear } else { LoraTargets::PeftDefault };
             let lora = TrainSetup {
-                lora: Some(Lora { rank, alpha: 16, targets, dropout, modules_to_save: Vec::new() }),
+                lora: Some(Lora { rank, alpha: 16, targets, dropout, modules_to_save: Vec::new(), use_dora: false }),
                 ..setup.clone()
             };
             let with_lora = crate::estimate(&spec, &lora).unwrap();
@@ -447,7 +456,7 @@ mod tests {
             let (spec, setup) = grid(m, precision, crate::Optimizer::Adamw, full);
             let targets = if all_linear { LoraTargets::AllLinear } else { LoraTargets::PeftDefault };
             let lora = TrainSetup {
-                lora: Some(Lora { rank, alpha: 16, targets, dropout: false, modules_to_save: Vec::new() }),
+                lora: Some(Lora { rank, alpha: 16, targets, dropout: false, modules_to_save: Vec::new(), use_dora: false }),
                 ..setup
             };
             let base = crate::estimate(&spec, &lora).unwrap();
@@ -541,6 +550,7 @@ mod tests {
             targets: LoraTargets::AllLinear,
             dropout: false,
             modules_to_save: vec!["lm_head".into()],
+            use_dora: false,
         };
         let setup = TrainSetup {
             micro_batch: 1,

@@ -419,6 +419,10 @@ pub struct Lora {
     pub dropout: bool,
     /// `modules_to_save`: modules trained in full, as a copy beside the frozen original.
     pub modules_to_save: Vec<String>,
+    /// `use_dora`: DoRA (a trained magnitude per output row; the weight's norm is computed
+    /// in every forward).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub use_dora: bool,
 }
 
 /// bitsandbytes' storage of a quantised linear weight.

@@ -128,6 +128,7 @@ impl Hint for PeftError {
                 "use --precision bf16-mixed (the HF Trainer's bf16=True) or fp32".into()
             }
             PeftError::UnknownSkipModule { available, .. } => format!("use some of: {available}"),
+            PeftError::DoraQuantized => "drop --use-dora, or estimate DoRA on the unquantised base".into(),
             PeftError::QuantizationSharded(_) => {
                 "use one GPU or --strategy ddp with --quantization".into()
             }

@@ -234,6 +234,7 @@ pub fn default_lora() -> Lora {
         targets: LoraTargets::AllLinear,
         dropout: true,
         modules_to_save: Vec::new(),
+        use_dora: false,
     }
 }
 

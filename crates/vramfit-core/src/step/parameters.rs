@@ -30,6 +30,8 @@ pub(crate) struct Adapter {
     pub(crate) rank: u64,
     /// `lora_dropout > 0`.
     pub(crate) dropout: bool,
+    /// DoRA's magnitude vector (`out` elements), when `use_dora`.
+    pub(crate) magnitude: Option<ParamId>,
 }
 
 /// A linear weight bitsandbytes quantised (`Linear4bit`, `Linear8bitLt`).
@@ -105,10 +107,14 @@ pub(crate) fn build_model(
         let quant = crate::peft::quantized(cx.setup, decl).zip(decl.shape.matrix());
         if let Some((q, (rows, cols))) = quant {
             // Frozen, never cast by autocast: the matmul dequantises it itself. Stored as the
-            // tensors bitsandbytes allocates (the packed weight first).
+            // tensors bitsandbytes allocates.
             let storage = crate::peft::quantized_storage(q, rows, cols).ok_or(Overflow)?;
             let id = g.add_param(numel, DType::U8, false, 0)?;
-            g.set_resident(id, storage[0]);
+            // Its model-states share: every tensor of it (each allocated on its own below).
+            g.set_resident(
+                id,
+                storage.iter().try_fold(0u64, |a, &b| a.checked_add(b)).ok_or(Overflow)?,
+            );
             g.place_param(id, layer, crate::parallel::shard::dim0(cx.spec, decl));
             for bytes in storage {
                 g.tl.alloc(Component::Parameters, bytes)?;
@@ -218,9 +224,20 @@ fn register_adapter(
     };
     let a = half(rank, rows)?;
     let b = half(cols, rank)?;
+    let magnitude = if l.use_dora {
+        // `lora_magnitude_vector`: the weight's row norms, a trained fp32 vector.
+        let m = g.add_param(cols, adapter_dtype, true, 0)?;
+        g.place_param(m, layer, cols);
+        if whole {
+            g.tl.alloc(Component::Parameters, g.param(m).resident)?;
+        }
+        Some(m)
+    } else {
+        None
+    };
     if model.adapters.len() <= id.0 {
         model.adapters.resize(id.0 + 1, None);
     }
-    model.adapters[id.0] = Some(Adapter { a, b, rank, dropout: l.dropout });
+    model.adapters[id.0] = Some(Adapter { a, b, rank, dropout: l.dropout, magnitude });
     Ok(())
 }

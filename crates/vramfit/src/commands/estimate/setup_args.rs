@@ -100,6 +100,11 @@ pub struct SetupArgs {
     #[arg(long, value_name = "NAMES")]
     pub modules_to_save: Option<String>,
 
+    /// DoRA (PEFT's `use_dora`): each adapted linear also trains a magnitude per output row,
+    /// and every forward computes the norm of the whole adapted weight.
+    #[arg(long)]
+    pub use_dora: bool,
+
     /// QLoRA: the base quantised by bitsandbytes (nf4, fp4: 4-bit `Linear4bit`; int8:
     /// `Linear8bitLt`) and prepared with `prepare_model_for_kbit_training` (the other
     /// parameters upcast to fp32). Needs --lora-rank.
@@ -386,6 +391,7 @@ impl SetupArgs {
                 ("--lora-alpha", self.lora_alpha.is_some()),
                 ("--lora-targets", self.lora_targets.is_some()),
                 ("--lora-dropout", self.lora_dropout.is_some()),
+                ("--use-dora", self.use_dora),
                 ("--modules-to-save", self.modules_to_save.is_some()),
             ];
             if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
@@ -420,6 +426,7 @@ impl SetupArgs {
             targets,
             dropout: dropout > 0.0,
             modules_to_save: self.modules_to_save.as_deref().map(names).unwrap_or_default(),
+            use_dora: self.use_dora,
         }))
     }
 
