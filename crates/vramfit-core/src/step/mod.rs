@@ -562,10 +562,29 @@ mod tests {
             training_loop in prop::sample::select(TrainingLoop::ALL.to_vec()),
             zero_grad in prop::sample::select(ZeroGrad::ALL.to_vec()),
             use_cache in any::<bool>(),
+            peft in 0u8..5,
+            kind in prop::sample::select(crate::setup::QuantType::ALL.to_vec()),
         ) {
             let names = catalog::names();
             let spec = spec(names[m % names.len()]);
+            // None, LoRA, QLoRA (a quantised base), DoRA, DoRA with dropout.
+            let lora = (peft > 0).then(|| crate::setup::Lora {
+                rank: 4,
+                alpha: 8,
+                targets: crate::setup::LoraTargets::AllLinear,
+                dropout: peft == 4,
+                modules_to_save: Vec::new(),
+                use_dora: peft >= 3,
+            });
+            let quantization = (peft == 2 && precision != Precision::Bf16).then(|| crate::setup::Quantization {
+                kind,
+                double_quant: kind.four_bit(),
+                compute_dtype: precision.compute_dtype(),
+                skip_modules: Vec::new(),
+            });
             let setup = TrainSetup {
+                lora,
+                quantization,
                 micro_batch: 1,
                 seq_len: 64,
                 precision,
