@@ -31,6 +31,8 @@ import warnings
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import peft_case  # noqa: E402  (LoRA, DoRA and QLoRA: see its docstring)
 ROOT = HERE.parent
 CATALOG = ROOT / "crates" / "vramfit-core" / "data" / "models"
 
@@ -275,7 +277,7 @@ def case_id(case: dict) -> str:
         cid += f"-emu{case['emulate']}"
     for key, value in sorted(case.get("config_overrides", {}).items()):
         cid += f"-{key}={value}"
-    return cid
+    return cid + peft_case.case_suffix(case)
 
 
 def validate_case(case: dict) -> None:
@@ -299,6 +301,7 @@ def validate_case(case: dict) -> None:
         raise ValueError(f"unknown emulate {case['emulate']!r}")
     if case.get("use_cache", False) not in (True, False, "config"):
         raise ValueError(f"use_cache must be true, false or \"config\", not {case['use_cache']!r}")
+    peft_case.validate(case)
     if not (CATALOG / f"{case['model']}.json").is_file():
         raise ValueError(f"no catalog file for model {case['model']!r}")
 
@@ -333,6 +336,8 @@ def run_case(case: dict, versions: dict) -> dict:
     from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
     from torch.distributed._tools.mem_tracker import MemTracker
 
+    FROZEN = ("frozen",)
+
     class Tracker(MemTracker):
         """MemTracker that also remembers which attention / loss kernels ran."""
 
@@ -364,6 +369,21 @@ def run_case(case: dict, versions: dict) -> dict:
                 if self._peak_mem.get(dev, 0) < dev_snap["Total"]:
                     self._peak_mem[dev] = dev_snap["Total"]
                     self._peak_mem_snap[dev] = dict(dev_snap)
+
+        def _track_module_params_and_buffers(self, module, install_grad_hooks=True):
+            # MemTracker hooks every parameter's gradient; a frozen one (LoRA's base) has
+            # none and cannot take a hook: only trainable parameters get it.
+            if not install_grad_hooks:
+                return super()._track_module_params_and_buffers(module, False)
+            frozen = [p for p in module.parameters() if not p.requires_grad]
+            for p in frozen:
+                self._param_to_grad_hook_handles.setdefault(p, FROZEN)
+            try:
+                return super()._track_module_params_and_buffers(module, True)
+            finally:
+                for p in frozen:
+                    if self._param_to_grad_hook_handles.get(p) is FROZEN:
+                        del self._param_to_grad_hook_handles[p]
 
     cid = case_id(case)
     cfg_dict = load_config_dict(case["model"])
@@ -402,7 +422,10 @@ def run_case(case: dict, versions: dict) -> dict:
             dtype=torch.bfloat16 if precision == "bf16" else torch.float32,
         )
         model.train()
-        if case["checkpointing"] == "full":
+        model, peft_note = peft_case.apply(model, case, torch)
+        if case.get("quantization"):
+            pass  # prepare_model_for_kbit_training enabled checkpointing as the case says
+        elif case["checkpointing"] == "full":
             model.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs={"use_reentrant": False}
             )
@@ -414,7 +437,9 @@ def run_case(case: dict, versions: dict) -> dict:
         n_params = sum(p.numel() for p in model.parameters())
         experts_impl = getattr(model.config, "_experts_implementation_internal", None)
         param_dtypes = sorted({str(p.dtype) for p in model.parameters()})
-        opt = build_optimizer(torch, case["optimizer"], model.parameters(), foreach)
+        # The trainers hand the optimizer the parameters that require a gradient.
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        opt = build_optimizer(torch, case["optimizer"], trainable, foreach)
         t_built = time.perf_counter()
 
         if precision in ("fp16-mixed", "bf16-mixed"):
@@ -510,6 +535,8 @@ def run_case(case: dict, versions: dict) -> dict:
         notes.append(f"experts_implementation={experts_impl}")
     if tracker.scalar_reads:
         notes.append(f"item_calls_answered_1={tracker.scalar_reads}")
+    if peft_note:
+        notes.append(peft_note)
     if case.get("note"):
         notes.append(case["note"])
     del model, opt, tracker
@@ -532,6 +559,7 @@ def run_case(case: dict, versions: dict) -> dict:
         "loop": loop,
         "zero_grad": zero_grad,
         "use_cache": use_cache,
+        **{k: case[k] for k in ("lora", "quantization") if case.get(k)},
         "peak_bytes": int(best["peak"]),
         "peak_phase": best["phase"],
         "breakdown_at_peak": breakdown,

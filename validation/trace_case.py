@@ -41,7 +41,23 @@ def trace(case: dict, phase_filter: str | None) -> dict:
     state = {"op": "-", "phase": "build", "micro": 0, "iteration": 0}
     peaks: dict[str, tuple[int, int]] = {}  # key -> (total, event index)
 
+    frozen_mark = ("frozen",)
+
     class Tracer(mt.MemTracker):
+        def _track_module_params_and_buffers(self, module, install_grad_hooks=True):
+            # As oracle.py: no gradient hook on a frozen parameter (LoRA's base).
+            if not install_grad_hooks:
+                return super()._track_module_params_and_buffers(module, False)
+            frozen = [p for p in module.parameters() if not p.requires_grad]
+            for p in frozen:
+                self._param_to_grad_hook_handles.setdefault(p, frozen_mark)
+            try:
+                return super()._track_module_params_and_buffers(module, True)
+            finally:
+                for p in frozen:
+                    if self._param_to_grad_hook_handles.get(p) is frozen_mark:
+                        del self._param_to_grad_hook_handles[p]
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if func is torch.ops.aten._local_scalar_dense.default:
                 try:
@@ -110,9 +126,11 @@ def trace(case: dict, phase_filter: str | None) -> dict:
             dtype=torch.bfloat16 if precision == "bf16" else torch.float32,
         )
         model.train()
-        if case["checkpointing"] == "full":
+        model, _ = oracle.peft_case.apply(model, case, torch)
+        if case["checkpointing"] == "full" and not case.get("quantization"):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        opt = oracle.build_optimizer(torch, case["optimizer"], model.parameters(), bool(case.get("foreach", True)))
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        opt = oracle.build_optimizer(torch, case["optimizer"], trainable, bool(case.get("foreach", True)))
         if precision in ("fp16-mixed", "bf16-mixed"):
             amp = torch.float16 if precision == "fp16-mixed" else torch.bfloat16
 

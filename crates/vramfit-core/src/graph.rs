@@ -30,6 +30,10 @@ pub(crate) enum Grad {
     Ready(Tid, Tid),
     /// As [`Grad::Ready`], for a parameter (in the parameter's dtype).
     ParamReady(ParamId, Tid),
+    /// Not a gradient: a temporary of this many bytes the backward allocates at this point
+    /// and frees once it has made the gradients listed after it (a quantised weight
+    /// dequantised for the input's gradient).
+    Scratch(u64),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -179,6 +183,12 @@ impl<'o> Graph<'o> {
     }
 
     /// Where a parameter sits: its layer and torch's first dimension.
+    /// Sets the bytes a parameter occupies when it is stored otherwise than `numel × dtype`
+    /// (a quantised weight's packed storage).
+    pub(crate) fn set_resident(&mut self, p: ParamId, bytes: u64) {
+        self.params[p.0].resident = bytes;
+    }
+
     pub(crate) fn place_param(&mut self, p: ParamId, layer: Option<u64>, dim0: u64) {
         let state = &mut self.params[p.0];
         state.layer = layer;
@@ -260,6 +270,8 @@ impl<'o> Graph<'o> {
             Grad::Param(p, _) | Grad::ParamCast(p, _) | Grad::ParamReady(p, _) => {
                 graph.params[p.0].trains
             }
+            // A temporary of the backward is run when the node is, never the reason for it.
+            Grad::Scratch(_) => false,
         };
         if !grads.iter().any(|grad| needed(self, grad)) {
             return;
@@ -278,7 +290,7 @@ impl<'o> Graph<'o> {
         let saved_len = self.saved_pool.len() as u32 - saved_start;
         let grads_start = self.grad_pool.len() as u32;
         for grad in grads {
-            if needed(self, grad) {
+            if matches!(grad, Grad::Scratch(_)) || needed(self, grad) {
                 self.grad_pool.push(*grad);
             }
         }
@@ -476,6 +488,7 @@ impl<'o> Graph<'o> {
         };
         self.scratch.clear();
         self.param_scratch.clear();
+        let mut temporaries: [Option<Tid>; 2] = [None, None];
         for k in grads.0..grads.0 + grads.1 {
             match self.grad_pool[k as usize] {
                 Grad::New(input, bytes) => {
@@ -506,7 +519,17 @@ impl<'o> Graph<'o> {
                     self.tl.recategorize(t, Component::Temporaries);
                     self.param_scratch.push((p, t, false));
                 }
+                Grad::Scratch(bytes) => {
+                    let t = self.tl.alloc(Component::Temporaries, bytes)?;
+                    match temporaries.iter_mut().find(|s| s.is_none()) {
+                        Some(slot) => *slot = Some(t),
+                        None => self.tl.release(t),
+                    }
+                }
             }
+        }
+        for t in temporaries.into_iter().flatten() {
+            self.tl.release(t);
         }
         for k in saved.0..saved.0 + saved.1 {
             let s = self.saved_pool[k as usize];

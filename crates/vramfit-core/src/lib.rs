@@ -59,7 +59,7 @@ pub use model::{Architecture, ConfigError, ModelSpec};
 pub use parallel::{HostMemory, Offload, Parallel, ParallelError, Strategy, WorstRank};
 pub use setup::{
     Attention, Checkpointing, Freeze, Lora, LoraTargets, LossKernel, Optimizer, OptimizerImpl,
-    Precision, TrainSetup, TrainingLoop, UnknownName, ZeroGrad,
+    Precision, QuantType, Quantization, TrainSetup, TrainingLoop, UnknownName, ZeroGrad,
 };
 pub use timeline::{Component, Phase, StepTimeline, TimelinePoint};
 pub use units::{Bytes, DType, Overflow};

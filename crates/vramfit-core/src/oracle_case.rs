@@ -80,6 +80,46 @@ pub struct OracleCase {
     /// HSDP: the ranks a parameter is sharded over (the rest replicate).
     #[serde(default)]
     pub shard_size: Option<u64>,
+    /// PEFT's LoRA: `{"rank", "targets": "all-linear" | "default" | [names], "dropout",
+    /// "use_dora"}`.
+    #[serde(default)]
+    pub lora: Option<OracleLora>,
+    /// bitsandbytes: `{"type": "nf4" | "fp4" | "int8", "double_quant", "compute_dtype"}`.
+    #[serde(default)]
+    pub quantization: Option<OracleQuantization>,
+}
+
+/// A case's LoRA configuration.
+#[derive(Debug, Clone, Deserialize)]
+pub struct OracleLora {
+    /// `r`.
+    pub rank: u64,
+    /// `target_modules`: `"all-linear"`, `"default"` or module names.
+    #[serde(default)]
+    pub targets: Option<Value>,
+    /// `lora_dropout`.
+    #[serde(default)]
+    pub dropout: f64,
+    /// `use_dora`.
+    #[serde(default)]
+    pub use_dora: bool,
+}
+
+/// A case's quantisation.
+#[derive(Debug, Clone, Deserialize)]
+pub struct OracleQuantization {
+    /// `nf4`, `fp4` or `int8`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `bnb_4bit_use_double_quant`.
+    #[serde(default)]
+    pub double_quant: bool,
+    /// `bnb_4bit_compute_dtype` (`bf16`, `fp16`, `fp32`).
+    #[serde(default)]
+    pub compute_dtype: Option<String>,
+    /// `llm_int8_skip_modules`.
+    #[serde(default)]
+    pub skip_modules: Vec<String>,
 }
 
 impl OracleCase {
@@ -132,8 +172,46 @@ impl OracleCase {
             zero_grad: self.zero_grad.parse::<ZeroGrad>().map_err(err)?,
             use_cache: Some(self.use_cache),
             parallel: self.parallel()?,
+            lora: self.lora()?,
+            quantization: self.quantization()?,
             ..TrainSetup::default()
         })
+    }
+
+    fn lora(&self) -> Result<Option<crate::setup::Lora>, String> {
+        use crate::setup::LoraTargets;
+        let Some(l) = &self.lora else { return Ok(None) };
+        let targets = match &l.targets {
+            None => LoraTargets::PeftDefault,
+            Some(Value::String(s)) if s == "default" => LoraTargets::PeftDefault,
+            Some(Value::String(s)) if s == "all-linear" => LoraTargets::AllLinear,
+            Some(Value::Array(names)) => LoraTargets::Modules(
+                names.iter().filter_map(|n| n.as_str().map(str::to_string)).collect(),
+            ),
+            Some(other) => return Err(format!("{}: lora targets {other}", self.id)),
+        };
+        Ok(Some(crate::setup::Lora {
+            rank: l.rank,
+            alpha: 16,
+            targets,
+            dropout: l.dropout > 0.0,
+            modules_to_save: Vec::new(),
+            use_dora: l.use_dora,
+        }))
+    }
+
+    fn quantization(&self) -> Result<Option<crate::setup::Quantization>, String> {
+        let Some(q) = &self.quantization else { return Ok(None) };
+        let kind = q.kind.parse().map_err(|e| format!("{}: {e}", self.id))?;
+        let dtype = q.compute_dtype.as_deref().unwrap_or("bf16");
+        let compute_dtype = DType::parse(dtype)
+            .ok_or_else(|| format!("{}: unknown compute dtype '{dtype}'", self.id))?;
+        Ok(Some(crate::setup::Quantization {
+            kind,
+            double_quant: q.double_quant,
+            compute_dtype,
+            skip_modules: q.skip_modules.clone(),
+        }))
     }
 
     /// Whether the case ran CUDA's mechanisms emulated on the CPU (it is then the check of
@@ -312,6 +390,8 @@ impl GpuMeasurement {
             oracle_seconds: 0.0,
             config_overrides: None,
             strategy: None,
+            lora: None,
+            quantization: None,
             world_size: None,
             reshard_after_forward: None,
             shard_size: None,

@@ -8,7 +8,8 @@
 //! allocates.
 
 use crate::layout::{ParameterDecl, ParameterLayout, Shape, Slot};
-use crate::setup::{Lora, LoraTargets, TrainSetup};
+use crate::setup::{Lora, LoraTargets, Quantization, TrainSetup};
+use crate::units::DType;
 
 /// Why a freeze or LoRA setup cannot be built for a model.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,6 +52,34 @@ pub enum PeftError {
     /// `--freeze` with LoRA (whose base is frozen already).
     #[error("--freeze is for full fine-tuning; with LoRA the whole base is frozen already")]
     FreezeWithLora,
+    /// A quantised base without adapters: nothing could train.
+    #[error("--quantization without LoRA: a quantised base has no trainable weights")]
+    QuantizationWithoutLora,
+    /// `--double-quant` with LLM.int8 (double quantisation is of 4-bit blocks' absmax).
+    #[error("--double-quant applies to 4-bit quantisation (nf4, fp4), not int8")]
+    DoubleQuantInt8,
+    /// A compute dtype that is not a 16- or 32-bit float.
+    #[error("--compute-dtype {0} is not a floating-point dtype bitsandbytes computes in")]
+    ComputeDtype(DType),
+    /// Pure bf16 with quantisation: `prepare_model_for_kbit_training` upcasts to fp32.
+    #[error(
+        "--precision bf16 with --quantization: prepare_model_for_kbit_training upcasts every non-quantised parameter to fp32"
+    )]
+    QuantizationPureBf16,
+    /// A skip module that names no linear module.
+    #[error("--quant-skip-modules '{module}' names no linear module of this model")]
+    UnknownSkipModule {
+        /// The name given.
+        module: String,
+        /// The model's linear modules, comma separated.
+        available: String,
+    },
+    /// DoRA on a quantised base (PEFT dequantises each weight for its norm).
+    #[error("--use-dora with --quantization is not modelled")]
+    DoraQuantized,
+    /// A strategy that shards parameters or casts the model itself, with a quantised base.
+    #[error("--quantization with --strategy {0}: a quantised base under it is not modelled")]
+    QuantizationSharded(&'static str),
 }
 
 /// The module a parameter belongs to (`q_proj` for `q_proj.weight`; `experts` for MoE
@@ -92,6 +121,37 @@ pub fn adapter_rank(lora: &Lora, decl: &ParameterDecl) -> Option<u64> {
         LoraTargets::Modules(names) => names.iter().any(|t| matches(module, t)),
     };
     hit.then_some(lora.rank)
+}
+
+/// The quantisation of a parameter, if bitsandbytes quantises it: every `nn.Linear` weight
+/// but the output layer (transformers never quantises it) and `llm_int8_skip_modules`.
+pub fn quantized<'s>(setup: &'s TrainSetup, decl: &ParameterDecl) -> Option<&'s Quantization> {
+    let q = setup.quantization.as_ref()?;
+    let module = module_name(decl);
+    (is_linear_weight(decl)
+        && decl.slot != Slot::Head
+        && !q.skip_modules.iter().any(|m| matches(module, m)))
+    .then_some(q)
+}
+
+/// Bytes bitsandbytes keeps on the device for a quantised weight of `inputs × outputs`
+/// elements (the layout's `(rows, cols)`), as the
+/// separate tensors it allocates: `Params4bit` packs two values per byte
+/// (`uint8[(n+1)/2, 1]`) with a 16-entry fp32 code and, per block of 64, an fp32 absmax, or
+/// with double quantisation a uint8 absmax, an fp32 absmax per 256 blocks and an fp32
+/// offset; `Int8Params` is an int8 weight and fp32 row scales (`SCB`).
+pub fn quantized_storage(q: &Quantization, inputs: u64, outputs: u64) -> Option<Vec<u64>> {
+    let n = inputs.checked_mul(outputs)?;
+    if !q.kind.four_bit() {
+        return Some(vec![n, outputs.checked_mul(4)?]);
+    }
+    let blocks = n.div_ceil(64);
+    let packed = n.div_ceil(2);
+    Some(if q.double_quant {
+        vec![packed, 64, blocks, blocks.div_ceil(256).checked_mul(4)?, 4]
+    } else {
+        vec![packed, 64, blocks.checked_mul(4)?]
+    })
 }
 
 /// Whether `decl`'s module is trained as a full copy (`modules_to_save`).
@@ -161,6 +221,35 @@ pub fn check(layout: &ParameterLayout, setup: &TrainSetup) -> Result<(), PeftErr
             }
         }
     }
+    if let Some(q) = &setup.quantization {
+        if setup.lora.is_none() {
+            return Err(PeftError::QuantizationWithoutLora);
+        }
+        if setup.lora.as_ref().is_some_and(|l| l.use_dora) {
+            return Err(PeftError::DoraQuantized);
+        }
+        if q.double_quant && !q.kind.four_bit() {
+            return Err(PeftError::DoubleQuantInt8);
+        }
+        if !matches!(q.compute_dtype, DType::F32 | DType::F16 | DType::Bf16) {
+            return Err(PeftError::ComputeDtype(q.compute_dtype));
+        }
+        if setup.precision == crate::Precision::Bf16 {
+            return Err(PeftError::QuantizationPureBf16);
+        }
+        let strategy = setup.parallel.strategy;
+        if strategy.shards_parameters() || strategy.owns_mixed_precision() {
+            return Err(PeftError::QuantizationSharded(setup.parallel.strategy.name()));
+        }
+        for module in &q.skip_modules {
+            if !decls().any(|d| is_linear_weight(d) && matches(module_name(d), module)) {
+                return Err(PeftError::UnknownSkipModule {
+                    module: module.clone(),
+                    available: distinct(decls().filter(|d| is_linear_weight(d)).map(module_name)),
+                });
+            }
+        }
+    }
     if setup.freeze.first_layers > layout.n_layers {
         return Err(PeftError::FreezeLayers {
             given: setup.freeze.first_layers,
@@ -183,7 +272,9 @@ pub fn parameter_counts(layout: &ParameterLayout, setup: &TrainSetup) -> (u64, u
         total = total.saturating_add(n);
         if let Some(lora) = &setup.lora {
             if let (Some(r), Some((rows, cols))) = (adapter_rank(lora, decl), decl.shape.matrix()) {
-                let a = r.saturating_mul(rows.saturating_add(cols));
+                // DoRA adds a magnitude per output feature.
+                let magnitude = if lora.use_dora { cols } else { 0 };
+                let a = r.saturating_mul(rows.saturating_add(cols)).saturating_add(magnitude);
                 total = total.saturating_add(a);
                 trainable = trainable.saturating_add(a);
             }
@@ -215,6 +306,7 @@ mod tests {
                 targets,
                 dropout: true,
                 modules_to_save: Vec::new(),
+                use_dora: false,
             }),
             ..TrainSetup::default()
         }
@@ -325,7 +417,7 @@ mod tests {
             let base = crate::estimate(&spec, &setup).unwrap();
             let targets = if all_linear { LoraTargets::AllLinear } else { LoraTargets::PeftDefault };
             let lora = TrainSetup {
-                lora: Some(Lora { rank, alpha: 16, targets, dropout, modules_to_save: Vec::new() }),
+                lora: Some(Lora { rank, alpha: 16, targets, dropout, modules_to_save: Vec::new(), use_dora: false }),
                 ..setup.clone()
             };
             let with_lora = crate::estimate(&spec, &lora).unwrap();
@@ -340,6 +432,93 @@ mod tests {
             proptest::prop_assert!(with_freeze.peak_allocated <= base.peak_allocated);
             proptest::prop_assert!(with_freeze.model_states <= base.model_states);
         }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 24, ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// QLoRA never needs more than LoRA of the same setup: the quantised weights are
+        /// smaller and the dequantised copy lives one linear at a time.
+        #[test]
+        fn qlora_never_needs_more_than_lora(
+            m in 0usize..MODELS.len(),
+            precision in proptest::sample::select(vec![
+                crate::Precision::Fp32, crate::Precision::Fp16Mixed, crate::Precision::Bf16Mixed,
+            ]),
+            full in proptest::prelude::any::<bool>(),
+            rank in 1u64..64,
+            all_linear in proptest::prelude::any::<bool>(),
+            kind in proptest::sample::select(crate::QuantType::ALL.to_vec()),
+            double_quant in proptest::prelude::any::<bool>(),
+        ) {
+            let (spec, setup) = grid(m, precision, crate::Optimizer::Adamw, full);
+            let targets = if all_linear { LoraTargets::AllLinear } else { LoraTargets::PeftDefault };
+            let lora = TrainSetup {
+                lora: Some(Lora { rank, alpha: 16, targets, dropout: false, modules_to_save: Vec::new(), use_dora: false }),
+                ..setup
+            };
+            let base = crate::estimate(&spec, &lora).unwrap();
+            let qlora = TrainSetup {
+                quantization: Some(Quantization {
+                    kind,
+                    double_quant: double_quant && kind.four_bit(),
+                    compute_dtype: precision.compute_dtype(),
+                    skip_modules: Vec::new(),
+                }),
+                ..lora.clone()
+            };
+            let quantized = crate::estimate(&spec, &qlora).unwrap();
+            proptest::prop_assert!(quantized.peak_allocated <= base.peak_allocated,
+                "qlora {} > lora {}", quantized.peak_allocated, base.peak_allocated);
+            proptest::prop_assert!(quantized.model_states < base.model_states);
+        }
+    }
+
+    /// bitsandbytes' storage: 4.5 bits per weight in nf4 (a fp32 absmax per 64), about
+    /// 4.127 with double quantisation, 8 bits + a fp32 scale per row in int8.
+    #[test]
+    fn quantized_storage_is_bitsandbytes_layout() {
+        let q = |kind, double_quant| Quantization {
+            kind,
+            double_quant,
+            compute_dtype: DType::Bf16,
+            skip_modules: Vec::new(),
+        };
+        let (i, o) = (4096u64, 14336u64);
+        let n = i * o;
+        let bits = |v: Vec<u64>| v.iter().sum::<u64>() as f64 * 8.0 / n as f64;
+        let nf4 = quantized_storage(&q(crate::QuantType::Nf4, false), i, o).unwrap();
+        assert_eq!(nf4, vec![n / 2, 64, n / 64 * 4]);
+        assert!((bits(nf4) - 4.5).abs() < 1e-3);
+        let dq = quantized_storage(&q(crate::QuantType::Nf4, true), i, o).unwrap();
+        assert!(
+            (bits(dq) - 4.127).abs() < 1e-3,
+            "{}",
+            bits(quantized_storage(&q(crate::QuantType::Nf4, true), i, o).unwrap())
+        );
+        let int8 = quantized_storage(&q(crate::QuantType::Int8, false), i, o).unwrap();
+        assert_eq!(int8, vec![n, o * 4]);
+    }
+
+    #[test]
+    fn quantization_errors_name_the_problem() {
+        let l = layout("llama-3.2-1b");
+        let q = Quantization {
+            kind: crate::QuantType::Int8,
+            double_quant: true,
+            compute_dtype: DType::Bf16,
+            skip_modules: Vec::new(),
+        };
+        let plain = TrainSetup { quantization: Some(q.clone()), ..TrainSetup::default() };
+        assert_eq!(check(&l, &plain), Err(PeftError::QuantizationWithoutLora));
+        let mut setup = lora(LoraTargets::AllLinear);
+        setup.quantization = Some(q.clone());
+        assert_eq!(check(&l, &setup), Err(PeftError::DoubleQuantInt8));
+        setup.quantization =
+            Some(Quantization { double_quant: false, skip_modules: vec!["mlp.fc9".into()], ..q });
+        assert!(matches!(check(&l, &setup), Err(PeftError::UnknownSkipModule { .. })));
     }
 
     /// Freezing the first layers removes exactly their gradients and optimizer state.
@@ -371,6 +550,7 @@ mod tests {
             targets: LoraTargets::AllLinear,
             dropout: false,
             modules_to_save: vec!["lm_head".into()],
+            use_dora: false,
         };
         let setup = TrainSetup {
             micro_batch: 1,

@@ -300,6 +300,10 @@ pub struct TrainSetup {
     /// LoRA adapters on a frozen base (PEFT's `get_peft_model`); `None` trains every parameter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<Lora>,
+    /// A base quantised by bitsandbytes and prepared for training
+    /// (`prepare_model_for_kbit_training`): QLoRA. Needs [`TrainSetup::lora`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantization: Option<Quantization>,
     /// What the training loop keeps of the model's output between steps.
     #[serde(default)]
     pub training_loop: TrainingLoop,
@@ -415,6 +419,59 @@ pub struct Lora {
     pub dropout: bool,
     /// `modules_to_save`: modules trained in full, as a copy beside the frozen original.
     pub modules_to_save: Vec<String>,
+    /// `use_dora`: DoRA (a trained magnitude per output row; the weight's norm is computed
+    /// in every forward).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub use_dora: bool,
+}
+
+/// bitsandbytes' storage of a quantised linear weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuantType {
+    /// 4-bit NormalFloat (`Linear4bit`, `quant_type="nf4"`).
+    Nf4,
+    /// 4-bit float (`Linear4bit`, `quant_type="fp4"`).
+    Fp4,
+    /// LLM.int8 (`Linear8bitLt`: int8 weight and fp32 row scales).
+    Int8,
+}
+
+impl QuantType {
+    /// All variants.
+    pub const ALL: [QuantType; 3] = [QuantType::Nf4, QuantType::Fp4, QuantType::Int8];
+
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantType::Nf4 => "nf4",
+            QuantType::Fp4 => "fp4",
+            QuantType::Int8 => "int8",
+        }
+    }
+
+    /// Whether it is a 4-bit type (`Params4bit`).
+    pub fn four_bit(self) -> bool {
+        !matches!(self, QuantType::Int8)
+    }
+}
+
+/// A `transformers.BitsAndBytesConfig` and `peft.prepare_model_for_kbit_training`, as far as
+/// memory is concerned: every `nn.Linear` but the output layer and the skipped modules is
+/// quantised, every other floating-point parameter is upcast to fp32, the base is frozen.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Quantization {
+    /// `load_in_4bit` with `bnb_4bit_quant_type`, or `load_in_8bit`.
+    pub kind: QuantType,
+    /// `bnb_4bit_use_double_quant`: the absmax of each block of 64 stored in 8 bits with a
+    /// second-level fp32 absmax per 256 blocks (4-bit types only).
+    pub double_quant: bool,
+    /// `bnb_4bit_compute_dtype`: the dtype a 4-bit linear dequantises its weight to and
+    /// multiplies in (also the dtype the model is loaded in before quantisation).
+    pub compute_dtype: DType,
+    /// `llm_int8_skip_modules`: modules left unquantised (the output layer always is).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skip_modules: Vec<String>,
 }
 
 /// Which linear layers get an adapter.
@@ -473,6 +530,7 @@ impl Default for TrainSetup {
             optimizer_impl: OptimizerImpl::Foreach,
             freeze: Freeze::default(),
             lora: None,
+            quantization: None,
             training_loop: TrainingLoop::Custom,
             zero_grad: ZeroGrad::SetToNone,
             use_cache: None,
@@ -532,6 +590,10 @@ named_enum!(Optimizer, "optimizer",
     "paged_adamw_8bit" => Optimizer::PagedAdamw8bit, "pagedadamw8bit" => Optimizer::PagedAdamw8bit,
     "sgd_momentum" => Optimizer::SgdMomentum, "momentum" => Optimizer::SgdMomentum,
     "adamw_torch" => Optimizer::Adamw,
+);
+named_enum!(QuantType, "quantization",
+    "4bit" => QuantType::Nf4, "bnb-4bit" => QuantType::Nf4, "8bit" => QuantType::Int8,
+    "llm.int8" => QuantType::Int8, "llm-int8" => QuantType::Int8,
 );
 named_enum!(Attention, "attention",
     "flash_attention_2" => Attention::Flash, "flash-attention" => Attention::Flash,

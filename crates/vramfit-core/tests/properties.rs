@@ -257,6 +257,7 @@ fn with_lora(setup: &TrainSetup, rank: u64, all_linear: bool, dropout: bool) -> 
             },
             dropout,
             modules_to_save: Vec::new(),
+            use_dora: false,
         }),
         ..setup.clone()
     }

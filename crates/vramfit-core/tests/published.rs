@@ -443,6 +443,7 @@ fn lora(row: &Row, l: &LoraRow) -> Lora {
         targets,
         dropout: l.dropout > 0.0,
         modules_to_save: l.modules_to_save.clone(),
+        use_dora: false,
     }
 }
 

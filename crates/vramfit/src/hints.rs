@@ -119,6 +119,19 @@ impl Hint for PeftError {
             }
             PeftError::FreezeWithLora => "drop --freeze, or drop the --lora-* flags".into(),
             PeftError::NothingTrains => "freeze fewer layers".into(),
+            PeftError::QuantizationWithoutLora => {
+                "add --lora-rank R (QLoRA trains adapters on the quantised base), or drop --quantization".into()
+            }
+            PeftError::DoubleQuantInt8 => "use --quantization nf4, or drop --double-quant".into(),
+            PeftError::ComputeDtype(_) => "use --compute-dtype bf16, fp16 or fp32".into(),
+            PeftError::QuantizationPureBf16 => {
+                "use --precision bf16-mixed (the HF Trainer's bf16=True) or fp32".into()
+            }
+            PeftError::UnknownSkipModule { available, .. } => format!("use some of: {available}"),
+            PeftError::DoraQuantized => "drop --use-dora, or estimate DoRA on the unquantised base".into(),
+            PeftError::QuantizationSharded(_) => {
+                "use one GPU or --strategy ddp with --quantization".into()
+            }
         }
     }
 }

@@ -286,6 +286,7 @@ pub fn default_lora() -> Lora {
         targets: LoraTargets::AllLinear,
         dropout: true,
         modules_to_save: Vec::new(),
+        use_dora: false,
     }
 }
 

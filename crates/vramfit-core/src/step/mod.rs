@@ -65,6 +65,8 @@ pub(crate) struct Context<'a> {
     pub(crate) device: &'a Device,
     /// Each parameter's LoRA adapter (empty until the model is built).
     pub(crate) adapters: &'a [Option<parameters::Adapter>],
+    /// Each quantised linear weight (empty until the model is built).
+    pub(crate) quantized: &'a [Option<parameters::QuantLinear>],
     /// transformers builds a KV cache in this forward: `use_cache` (the setup's, else the
     /// config's) on a decoder, without gradient checkpointing (which turns it off).
     pub(crate) kv_cache: bool,
@@ -79,6 +81,11 @@ impl Context<'_> {
     /// The LoRA adapter on a linear weight.
     fn adapter(&self, w: crate::graph::ParamId) -> Option<parameters::Adapter> {
         self.adapters.get(w.0).copied().flatten()
+    }
+
+    /// bitsandbytes' quantisation of a linear weight.
+    fn quantized(&self, w: crate::graph::ParamId) -> Option<parameters::QuantLinear> {
+        self.quantized.get(w.0).copied().flatten()
     }
 }
 
@@ -304,6 +311,7 @@ impl<'a> Context<'a> {
             autocast: dtypes.autocast,
             device,
             adapters: &[],
+            quantized: &[],
             kv_cache: setup.kv_cache(spec),
         })
     }
@@ -320,7 +328,7 @@ fn simulate_micro_batches(
     let cx = Context::new(spec, setup, device)?;
     let mut g = Graph::new(Timeline::new(device.allocation_granularity, observers));
     let model = build_model(&mut g, &cx, layout)?;
-    let cx = Context { adapters: &model.adapters, ..cx };
+    let cx = Context { adapters: &model.adapters, quantized: &model.quantized, ..cx };
     // The strategy wraps the model: shards it, allocates its buffers.
     let mut ranks = Ranks::new(&mut g, setup, Some(spec.n_layers))?;
     let persistent_gradients = g.tl.live()[Component::Gradients as usize];
@@ -555,10 +563,29 @@ mod tests {
             training_loop in prop::sample::select(TrainingLoop::ALL.to_vec()),
             zero_grad in prop::sample::select(ZeroGrad::ALL.to_vec()),
             use_cache in any::<bool>(),
+            peft in 0u8..5,
+            kind in prop::sample::select(crate::setup::QuantType::ALL.to_vec()),
         ) {
             let names = catalog::names();
             let spec = spec(names[m % names.len()]);
+            // None, LoRA, QLoRA (a quantised base), DoRA, DoRA with dropout.
+            let lora = (peft > 0).then(|| crate::setup::Lora {
+                rank: 4,
+                alpha: 8,
+                targets: crate::setup::LoraTargets::AllLinear,
+                dropout: peft == 4,
+                modules_to_save: Vec::new(),
+                use_dora: peft >= 3,
+            });
+            let quantization = (peft == 2 && precision != Precision::Bf16).then(|| crate::setup::Quantization {
+                kind,
+                double_quant: kind.four_bit(),
+                compute_dtype: precision.compute_dtype(),
+                skip_modules: Vec::new(),
+            });
             let setup = TrainSetup {
+                lora,
+                quantization,
                 micro_batch: 1,
                 seq_len: 64,
                 precision,

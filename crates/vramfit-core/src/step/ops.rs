@@ -33,11 +33,96 @@ pub(super) fn linear(
     w: ParamId,
     bias: Option<ParamId>,
 ) -> Result<Tensor> {
-    let y = base_linear(g, cx, x, out_features, w, bias)?;
+    let quant = cx.quantized(w);
+    let y = match quant {
+        Some(q) if q.four_bit => linear_4bit(g, cx, x, out_features, w, bias, q)?,
+        Some(q) => linear_8bit(g, cx, x, out_features, w, q)?,
+        None => base_linear(g, cx, x, out_features, w, bias)?,
+    };
+    // PEFT's 4-bit LoRA layer clones the base layer's result ("defensively", per Tim
+    // Dettmers) before adding the adapter's.
+    let clone = quant.is_some_and(|q| q.four_bit);
     match cx.adapter(w) {
-        Some(adapter) => lora(g, cx, x, y, out_features, adapter),
+        Some(adapter) => lora(g, cx, x, y, out_features, adapter, clone),
         None => Ok(y),
     }
+}
+
+/// bitsandbytes' `Linear4bit.forward`: `x.to(compute_dtype)`, `MatMul4Bit` (on CUDA past the
+/// fused kernel's range, `_dequant_linear_fallback`: with double quantisation the absmax
+/// dequantised into two fp32 vectors, the whole weight dequantised in the compute dtype, then
+/// `F.linear`), the output `.to()` the input's dtype. `MatMul4Bit` saves only the packed
+/// weight; its backward dequantises the weight again for the input's gradient. The bias is
+/// left to the caller's bookkeeping: it stays a frozen parameter.
+fn linear_4bit(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    x: Tensor,
+    out_features: u64,
+    _w: ParamId,
+    _bias: Option<ParamId>,
+    q: super::parameters::QuantLinear,
+) -> Result<Tensor> {
+    let (xc, copied) = to(g, x, q.compute_dtype)?;
+    let absmax = match q.nested_blocks {
+        Some(blocks) => {
+            let bytes = mul(blocks, 4)?;
+            Some((g.alloc(bytes)?, g.alloc(bytes)?, bytes))
+        }
+        None => None,
+    };
+    let dequantized = g.alloc(mul(q.numel, q.compute_dtype.size())?)?;
+    let y = new(g, q.compute_dtype, mul(cx.tokens, out_features)?)?;
+    let mut grads = Vec::with_capacity(3);
+    if let Some((_, _, bytes)) = absmax {
+        grads.push(Grad::Scratch(bytes));
+    }
+    grads.push(Grad::Scratch(mul(q.numel, q.compute_dtype.size())?));
+    grads.push(Grad::New(xc.id, xc.bytes()));
+    g.record(&[y.id], &[], &grads);
+    g.drop(dequantized);
+    if let Some((a, b, _)) = absmax {
+        g.drop(a);
+        g.drop(b);
+    }
+    if copied {
+        g.drop(xc.id);
+    }
+    let (out, cast) = to(g, y, x.dtype)?;
+    if cast {
+        g.drop(y.id);
+    }
+    Ok(out)
+}
+
+/// bitsandbytes' `MatMul8bitLt` (`Linear8bitLt.forward`, threshold 6.0, no outlier column):
+/// the input cast to fp16 and quantised (int8 `[tokens, in]` and fp32 row scales), the output
+/// in the input's dtype, the input kept for backward; backward dequantises the weight in the
+/// input's dtype (`CB.to(dtype_A, copy=True)`) for the input's gradient.
+fn linear_8bit(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    x: Tensor,
+    out_features: u64,
+    _w: ParamId,
+    q: super::parameters::QuantLinear,
+) -> Result<Tensor> {
+    let rows = cx.tokens;
+    let half = if x.dtype == DType::F16 { None } else { Some(g.alloc(mul(x.numel, 2)?)?) };
+    let ca = g.alloc(x.numel)?;
+    let sca = g.alloc(mul(rows, 4)?)?;
+    if let Some(h) = half {
+        g.drop(h);
+    }
+    let y = new(g, x.dtype, mul(rows, out_features)?)?;
+    g.drop(ca);
+    g.drop(sca);
+    g.record(
+        &[y.id],
+        &[x.id],
+        &[Grad::Scratch(mul(q.numel, x.dtype.size())?), Grad::New(x.id, x.bytes())],
+    );
+    Ok(y)
 }
 
 /// The weight's low-precision copy for one matmul: autocast caches the casts of leaf
@@ -60,6 +145,19 @@ fn base_linear(
     w: ParamId,
     bias: Option<ParamId>,
 ) -> Result<Tensor> {
+    base_linear_rows(g, cx, x, cx.tokens, out_features, w, bias)
+}
+
+/// [`base_linear`] over `rows` input rows (DoRA multiplies an identity matrix).
+fn base_linear_rows(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    x: Tensor,
+    rows: u64,
+    out_features: u64,
+    w: ParamId,
+    bias: Option<ParamId>,
+) -> Result<Tensor> {
     let (xc, copied) = if cx.autocast { to(g, x, cx.compute_dtype)? } else { (x, false) };
     let (wc, w_temp) = cast_weight(g, w)?;
     // The bias's cast copy lives in the cache only: addmm's backward needs no bias.
@@ -71,7 +169,7 @@ fn base_linear(
         None => None,
     };
     let odt = cx.mm_out(x.dtype);
-    let y = new(g, odt, mul(cx.tokens, out_features)?)?;
+    let y = new(g, odt, mul(rows, out_features)?)?;
     // The weight's gradient needs the input, the input's gradient needs the weight: each is
     // saved only when that gradient is made.
     let mut saved = Vec::with_capacity(2);
@@ -110,8 +208,25 @@ fn lora(
     result: Tensor,
     out_features: u64,
     adapter: super::parameters::Adapter,
+    clone: bool,
 ) -> Result<Tensor> {
+    let result = if clone {
+        // `result.clone()`: CloneBackward hands the gradient on as it is.
+        let c = new(g, result.dtype, result.numel)?;
+        g.record(&[c.id], &[], &[Grad::Pass(result.id)]);
+        g.drop(result.id);
+        c
+    } else {
+        result
+    };
     let (xa, cast) = to(g, x, g.param(adapter.a).dtype)?;
+    if let Some(magnitude) = adapter.magnitude {
+        let y = dora(g, cx, xa, result, out_features, adapter, magnitude)?;
+        if cast {
+            g.drop(xa.id);
+        }
+        return Ok(y);
+    }
     let d = if adapter.dropout { dropout(g, cx, xa, 0.5)? } else { xa };
     let a = base_linear(g, cx, d, adapter.rank, adapter.a, None)?;
     if d.id != xa.id {
@@ -129,6 +244,153 @@ fn lora(
     if copied {
         g.drop(sum.id);
     }
+    Ok(y)
+}
+
+/// PEFT's DoRA (`DoraLinearVariant.forward`, `DoraLinearLayer.forward`) after the base
+/// layer, in `lora.Linear.forward`: `x` is already cast to the adapter's dtype.
+///
+/// `lora_weight = lora_B(lora_A(eye(in))).T` (the identity in the adapter's dtype, cast by
+/// autocast), `.to(x.dtype)`; the weight's row norms of `weight + scaling * lora_weight`
+/// (detached: two temporaries of the whole weight); `mag_norm_scale = magnitude / norm`;
+/// `lora_result = lora_B(lora_A(x))`; `(mag_norm_scale - 1) * base_result + mag_norm_scale *
+/// lora_result * scaling` added to the result, then `result.to(result_dtype)`. With dropout
+/// the base result is made again from the dropped input (`F.linear`). The identity's graph
+/// (what `lora_A` saved of it) is used detached only and dies when the forward returns.
+fn dora(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    x: Tensor,
+    result: Tensor,
+    out_features: u64,
+    adapter: super::parameters::Adapter,
+    magnitude: ParamId,
+) -> Result<Tensor> {
+    let adt = g.param(adapter.a).dtype;
+    let inputs = x.numel / cx.tokens.max(1);
+    let numel = mul(inputs, out_features)?;
+    // get_lora_weight: eye, A, B; the graph of it lives until the forward returns.
+    let eye = new(g, adt, mul(inputs, inputs)?)?;
+    let mut held = Vec::new();
+    let (ec, e_cast) =
+        if cx.autocast { to_untracked(g, eye, cx.compute_dtype)? } else { (eye, false) };
+    let a_out = new(g, cx.mm_out(adt), mul(inputs, adapter.rank)?)?;
+    if cx.autocast {
+        // The adapter's cast copy, cached for the lora_A(x) below.
+        g.weight_for_matmul(adapter.a)?;
+        g.weight_for_matmul(adapter.b)?;
+    }
+    let b_out = new(g, cx.mm_out(adt), numel)?;
+    // What lora_A and lora_B save of it is held, except in a checkpointed layer's first
+    // forward, whose saved-tensor hooks keep nothing.
+    let saved_eye = if e_cast {
+        g.drop(eye.id);
+        ec.id
+    } else {
+        eye.id
+    };
+    if g.saving {
+        held.push(a_out.id);
+        held.push(saved_eye);
+    } else {
+        g.drop(a_out.id);
+        g.drop(saved_eye);
+    }
+    // lora_weight.to(x.dtype)
+    let lw = if b_out.dtype == x.dtype {
+        b_out
+    } else {
+        let c = new(g, x.dtype, numel)?;
+        g.drop(b_out.id);
+        c
+    };
+    held.push(lw.id);
+    // get_weight_norm: scaling * lora_weight, weight + that, the row norms.
+    let scaled = g.alloc(mul(numel, x.dtype.size())?)?;
+    let sum = g.alloc(mul(numel, x.dtype.size())?)?;
+    g.drop(scaled);
+    let norm = new(g, DType::F32, out_features)?;
+    g.drop(sum);
+    // mag_norm_scale = magnitude / weight_norm (a parameter over a detached tensor).
+    let scale = new(g, DType::F32, out_features)?;
+    let grad = Grad::Param(magnitude, g.param(magnitude).grad_bytes());
+    g.record(&[scale.id], &[norm.id], &[grad]);
+    g.drop(norm.id);
+    // The base result: the one given, or made again from the dropped input.
+    let (d, base) =
+        if adapter.dropout { (dropout(g, cx, x, 0.5)?, None) } else { (x, Some(result)) };
+    let a = base_linear(g, cx, d, adapter.rank, adapter.a, None)?;
+    let lora_result = consume(g, a, |g, a| base_linear(g, cx, a, out_features, adapter.b, None))?;
+    let base_result = match base {
+        Some(r) => r,
+        None => {
+            // F.linear(x, weight): the frozen weight, cast per call under autocast.
+            let y = new(g, cx.mm_out(d.dtype), mul(cx.tokens, out_features)?)?;
+            let wc = if cx.autocast {
+                Some(g.alloc(mul(numel, cx.compute_dtype.size())?)?)
+            } else {
+                None
+            };
+            let saved: Vec<_> = wc.into_iter().collect();
+            g.record(&[y.id], &saved, &[Grad::New(d.id, d.bytes())]);
+            if let Some(t) = wc {
+                g.drop(t);
+            }
+            y
+        }
+    };
+    if d.id != x.id {
+        g.drop(d.id);
+    }
+    let minus = unary(g, scale, DType::F32, Saves::Nothing)?;
+    let t2 = broadcast_mul(g, minus, base_result)?;
+    g.drop(minus.id);
+    if base.is_none() {
+        g.drop(base_result.id);
+    }
+    let t3 = broadcast_mul(g, scale, lora_result)?;
+    g.drop(scale.id);
+    g.drop(lora_result.id);
+    let t4 = consume(g, t3, |g, t3| unary(g, t3, t3.dtype, Saves::Nothing))?;
+    let dora_out = add(g, t2, t4)?;
+    g.drop(t2.id);
+    g.drop(t4.id);
+    let sum = add(g, result, dora_out)?;
+    g.drop(dora_out.id);
+    g.drop(result.id);
+    for t in held {
+        g.drop(t);
+    }
+    let (y, copied) = to(g, sum, result.dtype)?;
+    if copied {
+        g.drop(sum.id);
+    }
+    Ok(y)
+}
+
+/// `x.to(dtype)` outside autograd's record (a tensor nothing differentiates).
+fn to_untracked(g: &mut Graph, x: Tensor, dtype: DType) -> Result<(Tensor, bool)> {
+    if x.dtype == dtype {
+        return Ok((x, false));
+    }
+    Ok((new(g, dtype, x.numel)?, true))
+}
+
+/// `v * t` with `v` a vector over the last dimension (`[1, out]`) and `t` a `[tokens, out]`
+/// tensor, both requiring grad: saves both; the vector's gradient is the full product summed
+/// over the tokens (a temporary of the product's size).
+fn broadcast_mul(g: &mut Graph, v: Tensor, t: Tensor) -> Result<Tensor> {
+    let dtype = promote(v.dtype, t.dtype);
+    let y = new(g, dtype, t.numel)?;
+    g.record(
+        &[y.id],
+        &[v.id, t.id],
+        &[
+            Grad::Scratch(mul(t.numel, dtype.size())?),
+            Grad::New(v.id, v.bytes()),
+            Grad::New(t.id, t.bytes()),
+        ],
+    );
     Ok(y)
 }
 
@@ -200,6 +462,11 @@ pub(super) fn dropout(g: &mut Graph, cx: &Context<'_>, x: Tensor, p: f64) -> Res
     Ok(y)
 }
 
+/// Whether a norm's weight (if any) trains.
+fn trains(g: &Graph, w: Option<ParamId>) -> bool {
+    w.is_some_and(|p| g.param(p).trains)
+}
+
 /// A norm over the hidden dimension; returns its output.
 pub(super) fn norm(
     g: &mut Graph,
@@ -256,7 +523,9 @@ pub(super) fn norm(
                 let y = new(g, DType::F32, hn.numel)?;
                 let mut grads = vec![Grad::New(hn.id, hn.bytes())];
                 grads.extend(wgrad(g, w));
-                g.record(&[y.id], &[hn.id], &grads);
+                // `hn` is saved for the weight's gradient only (a frozen weight needs none).
+                let saved: &[Tid] = if trains(g, w) { &[hn.id] } else { &[] };
+                g.record(&[y.id], saved, &grads);
                 g.drop(hn.id);
                 let (yc, copied) = to(g, y, x.dtype)?;
                 if copied {
@@ -273,7 +542,10 @@ pub(super) fn norm(
                 let y = new(g, odt, hc.numel)?;
                 let mut grads = vec![Grad::New(hc.id, hc.bytes())];
                 grads.extend(wgrad(g, w));
-                g.record(&[y.id], &[hc.id], &grads);
+                // `weight * h` saves `h` for the weight's gradient only: a frozen weight
+                // (LoRA's base) needs none, and the weight itself is a parameter.
+                let saved: &[Tid] = if trains(g, w) { &[hc.id] } else { &[] };
+                g.record(&[y.id], saved, &grads);
                 g.drop(hc.id);
                 y
             };

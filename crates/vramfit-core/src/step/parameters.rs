@@ -30,6 +30,21 @@ pub(crate) struct Adapter {
     pub(crate) rank: u64,
     /// `lora_dropout > 0`.
     pub(crate) dropout: bool,
+    /// DoRA's magnitude vector (`out` elements), when `use_dora`.
+    pub(crate) magnitude: Option<ParamId>,
+}
+
+/// A linear weight bitsandbytes quantised (`Linear4bit`, `Linear8bitLt`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QuantLinear {
+    /// A 4-bit type (else LLM.int8).
+    pub(crate) four_bit: bool,
+    /// Double quantisation: the absmax is dequantised (two fp32 vectors) before the weight.
+    pub(crate) nested_blocks: Option<u64>,
+    /// `compute_dtype`: what a 4-bit weight dequantises to.
+    pub(crate) compute_dtype: DType,
+    /// The weight's elements (`out × in`).
+    pub(crate) numel: u64,
 }
 
 pub(crate) struct Model {
@@ -44,6 +59,8 @@ pub(crate) struct Model {
     pub(crate) head_bias: Option<ParamId>,
     /// Each parameter's LoRA adapter, indexed by [`ParamId`].
     pub(crate) adapters: Vec<Option<Adapter>>,
+    /// Each quantised linear weight, indexed by [`ParamId`].
+    pub(crate) quantized: Vec<Option<QuantLinear>>,
 }
 
 /// Registers the model's parameters from its layout (resident from the start), then its
@@ -53,7 +70,6 @@ pub(crate) fn build_model(
     cx: &Context<'_>,
     layout: &crate::layout::ParameterLayout,
 ) -> Result<Model> {
-    use crate::layout::Slot;
     let mut model = Model {
         embed: ParamId(usize::MAX),
         positions: None,
@@ -65,6 +81,7 @@ pub(crate) fn build_model(
         head: ParamId(usize::MAX),
         head_bias: None,
         adapters: Vec::new(),
+        quantized: Vec::new(),
     };
     // PEFT's adapters are fp32 whatever the base (`autocast_adapter_dtype=True`), unless a
     // framework's mixed precision casts the whole module to 16 bits (DeepSpeed, FSDP's
@@ -87,6 +104,35 @@ pub(crate) fn build_model(
             }
         }
         let trains = crate::peft::trains(cx.setup, layer, decl);
+        let quant = crate::peft::quantized(cx.setup, decl).zip(decl.shape.matrix());
+        if let Some((q, (rows, cols))) = quant {
+            // Frozen, never cast by autocast: the matmul dequantises it itself. Stored as the
+            // tensors bitsandbytes allocates.
+            let storage = crate::peft::quantized_storage(q, rows, cols).ok_or(Overflow)?;
+            let id = g.add_param(numel, DType::U8, false, 0)?;
+            // Its model-states share: every tensor of it (each allocated on its own below).
+            g.set_resident(
+                id,
+                storage.iter().try_fold(0u64, |a, &b| a.checked_add(b)).ok_or(Overflow)?,
+            );
+            g.place_param(id, layer, crate::parallel::shard::dim0(cx.spec, decl));
+            for bytes in storage {
+                g.tl.alloc(Component::Parameters, bytes)?;
+            }
+            g.set_matrix(id, rows, cols);
+            if model.quantized.len() <= id.0 {
+                model.quantized.resize(id.0 + 1, None);
+            }
+            model.quantized[id.0] = Some(QuantLinear {
+                four_bit: q.kind.four_bit(),
+                nested_blocks: q.double_quant.then(|| numel.div_ceil(64)),
+                compute_dtype: q.compute_dtype,
+                numel,
+            });
+            register_adapter(g, cx, &mut model, layer, decl, id, rows, cols, adapter_dtype, whole)?;
+            assign(&mut model, layer, decl.slot, id);
+            continue;
+        }
         let id = g.add_param(numel, cx.param_dtype, trains, cast)?;
         g.place_param(id, layer, crate::parallel::shard::dim0(cx.spec, decl));
         if whole {
@@ -94,57 +140,9 @@ pub(crate) fn build_model(
         }
         if let Some((rows, cols)) = decl.shape.matrix() {
             g.set_matrix(id, rows, cols);
-            if let Some(l) = lora
-                && let Some(rank) = crate::peft::adapter_rank(l, decl)
-            {
-                let mut half = |r: u64, c: u64| -> Result<ParamId> {
-                    let n = mul(r, c)?;
-                    let cast = if cx.autocast { mul(n, cx.compute_dtype.size())? } else { 0 };
-                    let p = g.add_param(n, adapter_dtype, true, cast)?;
-                    // `lora_A` is `[r, in]`, `lora_B` `[out, r]`.
-                    g.place_param(p, layer, r);
-                    if whole {
-                        g.tl.alloc(Component::Parameters, g.param(p).resident)?;
-                    }
-                    g.set_matrix(p, r, c);
-                    Ok(p)
-                };
-                let a = half(rank, rows)?;
-                let b = half(cols, rank)?;
-                if model.adapters.len() <= id.0 {
-                    model.adapters.resize(id.0 + 1, None);
-                }
-                model.adapters[id.0] = Some(Adapter { a, b, rank, dropout: l.dropout });
-            }
+            register_adapter(g, cx, &mut model, layer, decl, id, rows, cols, adapter_dtype, whole)?;
         }
-        match (layer, decl.slot) {
-            (None, Slot::Embed) => model.embed = id,
-            (None, Slot::Positions) => model.positions = Some(id),
-            (None, Slot::TokenTypes) => model.token_types = Some(id),
-            (None, Slot::EmbedNorm) => model.embed_norm.push(id),
-            (None, Slot::FinalNorm) => model.final_norm.push(id),
-            (None, Slot::Mlm) => model.mlm.push(id),
-            (None, Slot::Head) => model.head = id,
-            (None, Slot::HeadBias) => model.head_bias = Some(id),
-            (Some(l), slot) => {
-                let lp = &mut model.layers[l as usize];
-                match slot {
-                    Slot::Norm1 => lp.norm1.push(id),
-                    Slot::Qkv => lp.qkv.push(id),
-                    Slot::QkvBias => lp.qkv_bias.push(id),
-                    Slot::QkNorm => lp.qk_norm.push(id),
-                    Slot::O => lp.o = Some(id),
-                    Slot::OBias => lp.o_bias = Some(id),
-                    Slot::Norm2 => lp.norm2.push(id),
-                    Slot::Sandwich => lp.sandwich.push(id),
-                    Slot::Router => lp.router = Some(id),
-                    Slot::Mlp => lp.mlp.push(id),
-                    Slot::MlpBias => lp.mlp_bias.push(id),
-                    other => unreachable!("{other:?} is not a layer slot"),
-                }
-            }
-            (None, other) => unreachable!("{other:?} is a layer slot"),
-        }
+        assign(&mut model, layer, decl.slot, id);
     }
     if layout.tied {
         g.set_shared(model.embed);
@@ -160,4 +158,86 @@ pub(crate) fn build_model(
         g.tl.alloc(Component::Parameters, buffers)?;
     }
     Ok(model)
+}
+
+/// Puts a parameter where the forward asks for it.
+fn assign(model: &mut Model, layer: Option<u64>, slot: crate::layout::Slot, id: ParamId) {
+    use crate::layout::Slot;
+    match (layer, slot) {
+        (None, Slot::Embed) => model.embed = id,
+        (None, Slot::Positions) => model.positions = Some(id),
+        (None, Slot::TokenTypes) => model.token_types = Some(id),
+        (None, Slot::EmbedNorm) => model.embed_norm.push(id),
+        (None, Slot::FinalNorm) => model.final_norm.push(id),
+        (None, Slot::Mlm) => model.mlm.push(id),
+        (None, Slot::Head) => model.head = id,
+        (None, Slot::HeadBias) => model.head_bias = Some(id),
+        (Some(l), slot) => {
+            let lp = &mut model.layers[l as usize];
+            match slot {
+                Slot::Norm1 => lp.norm1.push(id),
+                Slot::Qkv => lp.qkv.push(id),
+                Slot::QkvBias => lp.qkv_bias.push(id),
+                Slot::QkNorm => lp.qk_norm.push(id),
+                Slot::O => lp.o = Some(id),
+                Slot::OBias => lp.o_bias = Some(id),
+                Slot::Norm2 => lp.norm2.push(id),
+                Slot::Sandwich => lp.sandwich.push(id),
+                Slot::Router => lp.router = Some(id),
+                Slot::Mlp => lp.mlp.push(id),
+                Slot::MlpBias => lp.mlp_bias.push(id),
+                other => unreachable!("{other:?} is not a layer slot"),
+            }
+        }
+        (None, other) => unreachable!("{other:?} is a layer slot"),
+    }
+}
+
+/// Registers the LoRA adapter of a linear weight, if it gets one: fp32 `lora_A` (`r × in`) and
+/// `lora_B` (`out × r`) that train.
+#[allow(clippy::too_many_arguments, reason = "the loop's state, passed as it is")]
+fn register_adapter(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    model: &mut Model,
+    layer: Option<u64>,
+    decl: &crate::layout::ParameterDecl,
+    id: ParamId,
+    rows: u64,
+    cols: u64,
+    adapter_dtype: DType,
+    whole: bool,
+) -> Result<()> {
+    let Some(l) = cx.setup.lora.as_ref() else { return Ok(()) };
+    let Some(rank) = crate::peft::adapter_rank(l, decl) else { return Ok(()) };
+    let mut half = |r: u64, c: u64| -> Result<ParamId> {
+        let n = mul(r, c)?;
+        let cast = if cx.autocast { mul(n, cx.compute_dtype.size())? } else { 0 };
+        let p = g.add_param(n, adapter_dtype, true, cast)?;
+        // `lora_A` is `[r, in]`, `lora_B` `[out, r]`.
+        g.place_param(p, layer, r);
+        if whole {
+            g.tl.alloc(Component::Parameters, g.param(p).resident)?;
+        }
+        g.set_matrix(p, r, c);
+        Ok(p)
+    };
+    let a = half(rank, rows)?;
+    let b = half(cols, rank)?;
+    let magnitude = if l.use_dora {
+        // `lora_magnitude_vector`: the weight's row norms, a trained fp32 vector.
+        let m = g.add_param(cols, adapter_dtype, true, 0)?;
+        g.place_param(m, layer, cols);
+        if whole {
+            g.tl.alloc(Component::Parameters, g.param(m).resident)?;
+        }
+        Some(m)
+    } else {
+        None
+    };
+    if model.adapters.len() <= id.0 {
+        model.adapters.resize(id.0 + 1, None);
+    }
+    model.adapters[id.0] = Some(Adapter { a, b, rank, dropout: l.dropout, magnitude });
+    Ok(())
 }

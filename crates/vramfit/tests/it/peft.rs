@@ -126,3 +126,60 @@ fn bad_lora_and_freeze_input_is_one_error_line_a_hint_and_exit_2() {
     }
     insta::assert_snapshot!(transcript);
 }
+
+/// QLoRA: the quantised base is smaller than the fp32-upcast LoRA base, double quantisation
+/// smaller still, and the trainable count is the adapters'.
+#[test]
+fn qlora_stores_the_base_in_bitsandbytes_4_bit() {
+    let base = [
+        "--model",
+        "llama-3.2-1b",
+        "--seq-len",
+        "512",
+        "--checkpointing",
+        "full",
+        "--lora-rank",
+        "16",
+        "--lora-targets",
+        "all-linear",
+    ];
+    let lora = json(&base);
+    let nf4 = json(&[&base[..], &["--quantization", "nf4"]].concat());
+    let dq = json(&[&base[..], &["--quantization", "nf4", "--double-quant"]].concat());
+    let states = |v: &Value| v["model_states_bytes"].as_u64().unwrap();
+    assert!(states(&dq) < states(&nf4), "{dq} vs {nf4}");
+    assert!(states(&nf4) < states(&lora));
+    assert_eq!(nf4["setup"]["quantization"]["kind"], "nf4");
+}
+
+#[test]
+fn bad_quantization_input_is_one_error_line_a_hint_and_exit_2() {
+    let lora = ["--model", "llama-3.2-1b", "--lora-rank", "8"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> { [&lora[..], extra].concat() };
+    let cases: Vec<(&str, Vec<&str>)> = vec![
+        ("without lora", vec!["--model", "llama-3.2-1b", "--quantization", "nf4"]),
+        ("unknown type", with(&["--quantization", "nf3"])),
+        ("double quant with int8", with(&["--quantization", "int8", "--double-quant"])),
+        ("double quant alone", with(&["--double-quant"])),
+        ("compute dtype not a float", with(&["--quantization", "nf4", "--compute-dtype", "int8"])),
+        ("pure bf16", with(&["--quantization", "nf4", "--precision", "bf16"])),
+        ("unknown skip module", with(&["--quantization", "nf4", "--quant-skip-modules", "fc9"])),
+        ("bf16 compute on a T4", with(&["--quantization", "nf4", "--gpu", "t4"])),
+        ("zero3", with(&["--quantization", "nf4", "--gpus", "2", "--strategy", "zero3"])),
+        ("dora on a quantised base", with(&["--quantization", "nf4", "--use-dora"])),
+    ];
+    let mut transcript = String::new();
+    for (what, args) in &cases {
+        let output = vramfit().arg("estimate").args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{what}: {stderr}");
+        assert!(output.stdout.is_empty(), "{what}: printed to stdout");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert!(
+            lines.len() == 2 && lines[0].starts_with("error: ") && lines[1].starts_with("hint: "),
+            "{what}: {stderr}"
+        );
+        transcript.push_str(&format!("# {what}\n{stderr}"));
+    }
+    insta::assert_snapshot!(transcript);
+}

@@ -308,6 +308,25 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
     };
     if let Some(gpu) = &gpu
         && gpu.lacks_bf16()
+        && let Some(q) = &setup.quantization
+        && q.kind.four_bit()
+        && q.compute_dtype == vramfit_core::DType::Bf16
+    {
+        return Err(Failure::with_hint(
+            format!(
+                "{} has no hardware bf16 (compute capability < 8.0): bitsandbytes cannot compute 4-bit layers in bf16",
+                gpu.label()
+            ),
+            "pass --compute-dtype fp16 (and --precision fp16-mixed)",
+        ));
+    }
+    if setup.quantization.is_some() && setup.checkpointing == vramfit_core::Checkpointing::None {
+        warnings.push(
+            "prepare_model_for_kbit_training turns gradient checkpointing on unless told not to (use_gradient_checkpointing=False); this estimate has it off: pass --checkpointing full for the default".to_string(),
+        );
+    }
+    if let Some(gpu) = &gpu
+        && gpu.lacks_bf16()
         && setup.precision.needs_bf16()
     {
         warnings.push(format!(

@@ -8,7 +8,8 @@ use vramfit_core::overhead::{self, ContextBasis, ModuleLoading};
 use vramfit_core::units::{parse_count, parse_size};
 use vramfit_core::{
     Attention, Bytes, Checkpointing, DType, Freeze, Lora, LoraTargets, LossKernel, ModelSpec,
-    Optimizer, OptimizerImpl, Precision, TrainSetup, TrainingLoop, ZeroGrad, catalog,
+    Optimizer, OptimizerImpl, Precision, QuantType, Quantization, TrainSetup, TrainingLoop,
+    ZeroGrad, catalog,
 };
 use vramfit_hub::{HubEnv, HubRemote, RepoId};
 
@@ -98,6 +99,32 @@ pub struct SetupArgs {
     /// frozen original and trains a copy.
     #[arg(long, value_name = "NAMES")]
     pub modules_to_save: Option<String>,
+
+    /// DoRA (PEFT's `use_dora`): each adapted linear also trains a magnitude per output row,
+    /// and every forward computes the norm of the whole adapted weight.
+    #[arg(long)]
+    pub use_dora: bool,
+
+    /// QLoRA: the base quantised by bitsandbytes (nf4, fp4: 4-bit `Linear4bit`; int8:
+    /// `Linear8bitLt`) and prepared with `prepare_model_for_kbit_training` (the other
+    /// parameters upcast to fp32). Needs --lora-rank.
+    #[arg(long, value_name = "TYPE")]
+    pub quantization: Option<String>,
+
+    /// bitsandbytes' double quantisation (`bnb_4bit_use_double_quant`): the blocks' absmax in
+    /// 8 bits, about 4.127 bits per weight instead of 4.5 (nf4, fp4 only).
+    #[arg(long)]
+    pub double_quant: bool,
+
+    /// The dtype a 4-bit weight is dequantised to and multiplied in
+    /// (`bnb_4bit_compute_dtype`): bf16 (default), fp16, fp32.
+    #[arg(long, value_name = "DTYPE")]
+    pub compute_dtype: Option<String>,
+
+    /// Linear modules left unquantised (`llm_int8_skip_modules`), comma separated; the
+    /// output layer never is quantised.
+    #[arg(long, value_name = "NAMES")]
+    pub quant_skip_modules: Option<String>,
 
     /// Memory the CUDA context and the kernels a step loads take outside PyTorch's allocator.
     /// Default: the value for the GPU's generation (`vramfit estimate --list-gpus` shows it;
@@ -217,6 +244,7 @@ impl SetupArgs {
         Ok(TrainSetup {
             freeze: self.freeze()?,
             lora: self.lora()?,
+            quantization: self.quantization()?,
             micro_batch: self.batch,
             seq_len: self.seq_len,
             precision: self.precision.parse::<Precision>().map_err(parse_err)?,
@@ -315,6 +343,51 @@ impl SetupArgs {
         Ok(freeze)
     }
 
+    fn quantization(&self) -> Result<Option<Quantization>, Failure> {
+        let Some(text) = &self.quantization else {
+            let orphan = [
+                ("--double-quant", self.double_quant),
+                ("--compute-dtype", self.compute_dtype.is_some()),
+                ("--quant-skip-modules", self.quant_skip_modules.is_some()),
+            ];
+            if let Some((flag, _)) = orphan.iter().find(|(_, given)| *given) {
+                return Err(Failure::with_hint(
+                    format!("{flag} needs --quantization"),
+                    "pass --quantization nf4 (QLoRA), fp4 or int8",
+                ));
+            }
+            return Ok(None);
+        };
+        let kind = text.parse::<QuantType>().map_err(|e| {
+            Failure::with_hint(
+                format!("unknown --quantization '{}'", e.given),
+                "use nf4 (QLoRA's), fp4 or int8",
+            )
+        })?;
+        let dtype = self.compute_dtype.as_deref().unwrap_or("bf16");
+        let compute_dtype = DType::parse(dtype).ok_or_else(|| {
+            Failure::with_hint(
+                format!("unknown --compute-dtype '{dtype}'"),
+                "use bf16, fp16 or fp32",
+            )
+        })?;
+        let skip_modules = match self.quant_skip_modules.as_deref() {
+            None => Vec::new(),
+            Some(list) => list
+                .split(',')
+                .map(str::trim)
+                .filter(|m| !m.is_empty())
+                .map(str::to_string)
+                .collect(),
+        };
+        Ok(Some(Quantization {
+            kind,
+            double_quant: self.double_quant,
+            compute_dtype,
+            skip_modules,
+        }))
+    }
+
     fn lora(&self) -> Result<Option<Lora>, Failure> {
         let names = |text: &str| -> Vec<String> {
             text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
@@ -324,6 +397,7 @@ impl SetupArgs {
                 ("--lora-alpha", self.lora_alpha.is_some()),
                 ("--lora-targets", self.lora_targets.is_some()),
                 ("--lora-dropout", self.lora_dropout.is_some()),
+                ("--use-dora", self.use_dora),
                 ("--modules-to-save", self.modules_to_save.is_some()),
             ];
             if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
@@ -358,6 +432,7 @@ impl SetupArgs {
             targets,
             dropout: dropout > 0.0,
             modules_to_save: self.modules_to_save.as_deref().map(names).unwrap_or_default(),
+            use_dora: self.use_dora,
         }))
     }
 
