@@ -554,9 +554,13 @@ mod tests {
             training_loop in prop::sample::select(TrainingLoop::ALL.to_vec()),
             zero_grad in prop::sample::select(ZeroGrad::ALL.to_vec()),
             use_cache in any::<bool>(),
+            task in 0usize..3,
         ) {
             let names = catalog::names();
             let spec = spec(names[m % names.len()]);
+            // The model's own head, a sequence or a token classifier.
+            let tasks = spec.tasks();
+            let spec = spec.for_task(tasks[task % tasks.len()], 3).unwrap();
             let setup = TrainSetup {
                 micro_batch: 1,
                 seq_len: 64,

@@ -33,9 +33,23 @@ pub(super) fn linear(
     w: ParamId,
     bias: Option<ParamId>,
 ) -> Result<Tensor> {
-    let y = base_linear(g, cx, x, out_features, w, bias)?;
+    linear_rows(g, cx, x, cx.tokens, out_features, w, bias)
+}
+
+/// [`linear`] over `rows` rows rather than every token (a classifier on one row per
+/// sequence).
+pub(super) fn linear_rows(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    x: Tensor,
+    rows: u64,
+    out_features: u64,
+    w: ParamId,
+    bias: Option<ParamId>,
+) -> Result<Tensor> {
+    let y = base_linear(g, cx, x, rows, out_features, w, bias)?;
     match cx.adapter(w) {
-        Some(adapter) => lora(g, cx, x, y, out_features, adapter),
+        Some(adapter) => lora(g, cx, x, y, rows, out_features, adapter),
         None => Ok(y),
     }
 }
@@ -56,6 +70,7 @@ fn base_linear(
     g: &mut Graph,
     cx: &Context<'_>,
     x: Tensor,
+    rows: u64,
     out_features: u64,
     w: ParamId,
     bias: Option<ParamId>,
@@ -71,7 +86,7 @@ fn base_linear(
         None => None,
     };
     let odt = cx.mm_out(x.dtype);
-    let y = new(g, odt, mul(cx.tokens, out_features)?)?;
+    let y = new(g, odt, mul(rows, out_features)?)?;
     // The weight's gradient needs the input, the input's gradient needs the weight: each is
     // saved only when that gradient is made.
     let mut saved = Vec::with_capacity(2);
@@ -108,19 +123,20 @@ fn lora(
     cx: &Context<'_>,
     x: Tensor,
     result: Tensor,
+    rows: u64,
     out_features: u64,
     adapter: super::parameters::Adapter,
 ) -> Result<Tensor> {
     let (xa, cast) = to(g, x, g.param(adapter.a).dtype)?;
     let d = if adapter.dropout { dropout(g, cx, xa, 0.5)? } else { xa };
-    let a = base_linear(g, cx, d, adapter.rank, adapter.a, None)?;
+    let a = base_linear(g, cx, d, rows, adapter.rank, adapter.a, None)?;
     if d.id != xa.id {
         g.drop(d.id);
     }
     if cast {
         g.drop(xa.id);
     }
-    let b = consume(g, a, |g, a| base_linear(g, cx, a, out_features, adapter.b, None))?;
+    let b = consume(g, a, |g, a| base_linear(g, cx, a, rows, out_features, adapter.b, None))?;
     let scaled = consume(g, b, |g, b| unary(g, b, b.dtype, Saves::Nothing))?;
     let sum = add(g, result, scaled)?;
     g.drop(scaled.id);

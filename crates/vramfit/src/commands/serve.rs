@@ -199,7 +199,7 @@ fn model_source(body: &Map<String, Value>, setup: &SetupArgs) -> Result<ModelSou
                 "send a built-in model's name or a config.json, not both",
             ));
         }
-        (Some(Value::String(name)), None) => ModelSource::builtin(name)?,
+        (Some(Value::String(name)), None) => setup.with_task(ModelSource::builtin(name)?)?,
         (Some(_), None) => return Err(bad_field("model", "a built-in model's name")),
         (None, Some(Value::Object(file))) => {
             let Some(Value::String(text)) = file.get("text") else {
@@ -210,7 +210,7 @@ fn model_source(body: &Map<String, Value>, setup: &SetupArgs) -> Result<ModelSou
                 None | Some(Value::Null) => "config.json".to_owned(),
                 _ => return Err(bad_field("config.name", "the file's name")),
             };
-            ModelSource::from_config(name.clone(), text, &name)?
+            setup.with_task(ModelSource::from_config(name.clone(), text, &name)?)?
         }
         (None, Some(_)) => {
             return Err(bad_field("config", "an object {\"name\": ..., \"text\": ...}"));

@@ -121,11 +121,13 @@ impl<'a> Emit<'a> {
         self.report.hub_id.clone().unwrap_or_else(|| self.report.model.clone())
     }
 
-    /// `AutoModelForCausalLM` or `AutoModelForMaskedLM`.
+    /// The `AutoModelFor*` class of the model's head.
     pub(super) fn auto_class(&self) -> &'static str {
         match self.report.spec.head {
             Head::MaskedLm => "AutoModelForMaskedLM",
             Head::CausalLm => "AutoModelForCausalLM",
+            Head::SequenceClassification(_) => "AutoModelForSequenceClassification",
+            Head::TokenClassification => "AutoModelForTokenClassification",
         }
     }
 
@@ -175,6 +177,8 @@ impl<'a> Emit<'a> {
             let task = match self.report.spec.head {
                 Head::MaskedLm => "",
                 Head::CausalLm => ", task_type=\"CAUSAL_LM\"",
+                Head::SequenceClassification(_) => ", task_type=\"SEQ_CLS\"",
+                Head::TokenClassification => ", task_type=\"TOKEN_CLS\"",
             };
             lines.push(format!(
                 "{model} = get_peft_model({model}, LoraConfig(r={}, lora_alpha={}{targets}{dropout}{save}{task}))",
