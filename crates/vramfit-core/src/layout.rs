@@ -220,7 +220,9 @@ impl ModelSpec {
         }
 
         let mut layer = Vec::new();
-        norm(&mut layer, self, Slot::Norm1, "input_layernorm.weight", h);
+        if self.input_norms {
+            norm(&mut layer, self, Slot::Norm1, "input_layernorm.weight", h);
+        }
         if self.fused_qkv {
             layer.push(matrix(Slot::Qkv, "qkv_proj.weight", h, q + 2 * kv));
             if self.qkv_bias {
@@ -239,11 +241,13 @@ impl ModelSpec {
             }
         }
         if self.qk_norm {
-            for name in ["q_norm.weight", "k_norm.weight"] {
+            let (q_len, k_len) =
+                if self.qk_norm_full_width { (q, kv) } else { (self.head_dim, self.head_dim) };
+            for (name, len) in [("q_norm.weight", q_len), ("k_norm.weight", k_len)] {
                 layer.push(ParameterDecl {
                     slot: Slot::QkNorm,
                     name,
-                    shape: Shape::Vector { len: self.head_dim },
+                    shape: Shape::Vector { len },
                     matmul: false,
                     trains: true,
                 });
@@ -253,7 +257,9 @@ impl ModelSpec {
         if self.o_bias {
             layer.push(bias(Slot::OBias, "o_proj.bias", h));
         }
-        norm(&mut layer, self, Slot::Norm2, "post_attention_layernorm.weight", h);
+        if self.input_norms {
+            norm(&mut layer, self, Slot::Norm2, "post_attention_layernorm.weight", h);
+        }
         if self.sandwich_norm {
             norm(&mut layer, self, Slot::Sandwich, "post_attention_norm.weight", h);
             norm(&mut layer, self, Slot::Sandwich, "post_feedforward_layernorm.weight", h);

@@ -45,11 +45,13 @@ pub enum Architecture {
     Bert,
     /// RoBERTa.
     Roberta,
+    /// OLMo 2 (norms after the sublayers only, q/k norms over all heads).
+    Olmo2,
 }
 
 impl Architecture {
     /// Every supported architecture.
-    pub const ALL: [Architecture; 12] = [
+    pub const ALL: [Architecture; 13] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Mixtral,
@@ -62,6 +64,7 @@ impl Architecture {
         Architecture::GptNeox,
         Architecture::Bert,
         Architecture::Roberta,
+        Architecture::Olmo2,
     ];
 
     /// The `model_type` string of `config.json`.
@@ -79,6 +82,7 @@ impl Architecture {
             Architecture::GptNeox => "gpt_neox",
             Architecture::Bert => "bert",
             Architecture::Roberta => "roberta",
+            Architecture::Olmo2 => "olmo2",
         }
     }
 
@@ -121,6 +125,8 @@ pub enum Norm {
     GemmaRmsNorm,
     /// `nn.LayerNorm` with bias.
     LayerNorm,
+    /// OLMo 2's RMSNorm: fp32 throughout, `weight * normalised` in fp32, cast at the end.
+    Olmo2RmsNorm,
 }
 
 /// How positions enter the model.
@@ -324,8 +330,13 @@ pub struct ModelSpec {
     pub fused_qkv: bool,
     /// Gate and up computed by one projection (Phi-3).
     pub fused_gate_up: bool,
-    /// Per-head RMSNorm on q and k (Qwen 3).
+    /// RMSNorm on q and k (Qwen 3: per head; OLMo 2: over all heads).
     pub qk_norm: bool,
+    /// The q and k norms span all heads (`q_width`, `kv_width`) rather than one head.
+    pub qk_norm_full_width: bool,
+    /// Norms before attention and before the MLP (false for OLMo 2, whose layers normalise
+    /// only the sublayers' outputs).
+    pub input_norms: bool,
     /// Norms after attention and MLP as well as before (Gemma 2).
     pub sandwich_norm: bool,
     /// Norms after each residual addition instead of before the sublayers (BERT).
@@ -689,6 +700,8 @@ impl ModelSpec {
             fused_qkv: t.fused_qkv,
             fused_gate_up: t.fused_gate_up,
             qk_norm: t.qk_norm,
+            qk_norm_full_width: t.qk_norm_full_width,
+            input_norms: t.input_norms,
             sandwich_norm: t.sandwich_norm,
             post_norm: t.post_norm,
             embedding_norm: t.embedding_norm,

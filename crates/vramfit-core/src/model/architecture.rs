@@ -109,8 +109,13 @@ pub(super) struct Traits {
     pub(super) fused_qkv: bool,
     /// One gate/up projection.
     pub(super) fused_gate_up: bool,
-    /// Per-head RMSNorm on q and k.
+    /// RMSNorm on q and k.
     pub(super) qk_norm: bool,
+    /// The q/k norms span all heads (OLMo 2) rather than one head (Qwen 3).
+    pub(super) qk_norm_full_width: bool,
+    /// Norms before attention and the MLP (OLMo 2 has none: only the sublayers' outputs are
+    /// normalised).
+    pub(super) input_norms: bool,
     /// Norms after the sublayers as well as before.
     pub(super) sandwich_norm: bool,
     /// Norms after each residual addition only (BERT), not before the sublayers.
@@ -175,6 +180,8 @@ const LLAMA: Traits = Traits {
     fused_qkv: false,
     fused_gate_up: false,
     qk_norm: false,
+    qk_norm_full_width: false,
+    input_norms: true,
     sandwich_norm: false,
     post_norm: false,
     embedding_norm: false,
@@ -210,6 +217,8 @@ const ENCODER: Traits = Traits {
     fused_qkv: false,
     fused_gate_up: false,
     qk_norm: false,
+    qk_norm_full_width: false,
+    input_norms: true,
     sandwich_norm: false,
     post_norm: true,
     embedding_norm: true,
@@ -314,6 +323,14 @@ pub(super) fn traits(arch: Architecture) -> Traits {
             mlp_bias: BiasRule::Always(true),
             embedding_dropout: EmbeddingDropoutRule::Hidden,
             parallel_residual: true,
+            ..LLAMA
+        },
+        A::Olmo2 => Traits {
+            norm: Norm::Olmo2RmsNorm,
+            qk_norm: true,
+            qk_norm_full_width: true,
+            input_norms: false,
+            sandwich_norm: true,
             ..LLAMA
         },
         A::Bert => ENCODER,

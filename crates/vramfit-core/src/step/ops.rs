@@ -247,7 +247,7 @@ pub(super) fn norm(
             }
             Ok(y)
         }
-        Norm::RmsNorm | Norm::GemmaRmsNorm => {
+        Norm::RmsNorm | Norm::GemmaRmsNorm | Norm::Olmo2RmsNorm => {
             // x32 = x.float(); var = x32.pow(2).mean(-1); h = x32 * rsqrt(var + eps)
             let (x32, copied) = to(g, x, DType::F32)?;
             let pow = unary(g, x32, DType::F32, Saves::Input)?;
@@ -267,8 +267,10 @@ pub(super) fn norm(
             if copied {
                 g.drop(x32.id);
             }
-            let out = if cx.spec.norm == Norm::GemmaRmsNorm {
-                // output * (1 + weight.float()), then .type_as(x)
+            let out = if matches!(cx.spec.norm, Norm::GemmaRmsNorm | Norm::Olmo2RmsNorm) {
+                // Gemma: output * (1 + weight.float()), then .type_as(x); OLMo 2:
+                // (weight * output).to(input_dtype). Both multiply in fp32, save the
+                // normalised fp32 tensor and cast at the end.
                 let y = new(g, DType::F32, hn.numel)?;
                 let mut grads = vec![Grad::New(hn.id, hn.bytes())];
                 grads.extend(wgrad(g, w));
