@@ -71,6 +71,14 @@ CATEGORY_KEYS = {
 }
 
 MASKED_LM_TYPES = {"bert", "roberta"}
+# A case's `task` (default: the model's own head, masked LM for encoders, causal LM otherwise)
+# and the transformers auto class that builds it.
+TASKS = {
+    "causal-lm": "AutoModelForCausalLM",
+    "masked-lm": "AutoModelForMaskedLM",
+    "seq-cls": "AutoModelForSequenceClassification",
+    "token-cls": "AutoModelForTokenClassification",
+}
 
 # CUDA autocast's float32 lists (torch docs "CUDA Ops that can autocast to
 # float32"; aten/src/ATen/autocast_mode.cpp, KERNEL_CUDA(..., fp32) and
@@ -275,6 +283,10 @@ def case_id(case: dict) -> str:
         cid += "-cache" if case["use_cache"] is True else f"-cache={case['use_cache']}"
     if case.get("emulate", "none") != "none":
         cid += f"-emu{case['emulate']}"
+    if case.get("task") is not None:
+        cid += f"-task={case['task']}"
+        if case.get("num_labels", 2) != 2:
+            cid += f"-labels={case['num_labels']}"
     for key, value in sorted(case.get("config_overrides", {}).items()):
         cid += f"-{key}={value}"
     return cid + peft_case.case_suffix(case)
@@ -302,6 +314,10 @@ def validate_case(case: dict) -> None:
     if case.get("use_cache", False) not in (True, False, "config"):
         raise ValueError(f"use_cache must be true, false or \"config\", not {case['use_cache']!r}")
     peft_case.validate(case)
+    if case.get("task") is not None and case["task"] not in TASKS:
+        raise ValueError(f"unknown task {case['task']!r}")
+    if int(case.get("num_labels", 2)) < 2:
+        raise ValueError("num_labels must be 2 or more (single-label classification)")
     if not (CATALOG / f"{case['model']}.json").is_file():
         raise ValueError(f"no catalog file for model {case['model']!r}")
 
@@ -407,11 +423,16 @@ def run_case(case: dict, versions: dict) -> dict:
     # is off); a case says whether it is, or takes the config's own value.
     use_cache = case_use_cache(case, getattr(config, "use_cache", False))
     config.use_cache = use_cache
-    auto = (
-        transformers.AutoModelForMaskedLM
-        if model_type in MASKED_LM_TYPES
-        else transformers.AutoModelForCausalLM
-    )
+    default_task = "masked-lm" if model_type in MASKED_LM_TYPES else "causal-lm"
+    task = case.get("task") or default_task
+    num_labels = int(case.get("num_labels", 2))
+    if task in ("seq-cls", "token-cls"):
+        config.num_labels = num_labels
+        # Sequence classifiers of decoders find the last token that is not padding; without a
+        # pad token transformers refuses batches above 1.
+        if getattr(config, "pad_token_id", None) is None:
+            config.pad_token_id = 0
+    auto = getattr(transformers, TASKS[task])
     fake_mode = FakeTensorMode()
     with fake_mode:
         # bf16 = pure bf16 weights: built in that dtype (Module.to() cannot swap
@@ -485,6 +506,12 @@ def run_case(case: dict, versions: dict) -> dict:
                 for _micro in range(accum):
                     # Rebinding frees the previous batch (the custom loop keeps it until here).
                     input_ids = torch.randint(0, vocab, (batch, seq), dtype=torch.long)
+                    if task == "seq-cls":
+                        labels = torch.randint(0, num_labels, (batch,), dtype=torch.long)
+                    elif task == "token-cls":
+                        labels = torch.randint(0, num_labels, (batch, seq), dtype=torch.long)
+                    else:
+                        labels = input_ids
                     # Per-module stats are per call; the global counters we
                     # read are not touched by this.
                     tracker.reset_mod_stats()
@@ -493,18 +520,18 @@ def run_case(case: dict, versions: dict) -> dict:
                         if loop == "custom":
                             # `outputs = model(**batch)`: the previous outputs (logits, cache)
                             # live through this forward, until the assignment replaces them.
-                            outputs = model(input_ids=input_ids, labels=input_ids)
+                            outputs = model(input_ids=input_ids, labels=labels)
                             loss = outputs.loss
                         else:
                             # Only the loss survives the forward (HF Trainer, Lightning).
-                            loss = model(input_ids=input_ids, labels=input_ids).loss
+                            loss = model(input_ids=input_ids, labels=labels).loss
                     if accum > 1:
                         loss = loss / accum
                     end_phase("forward", iteration)
                     start_phase()
                     loss.backward()
                     if loop == "trainer":
-                        del loss, input_ids
+                        del loss, input_ids, labels
                     end_phase("backward", iteration)
                 start_phase()
                 opt.step()
@@ -522,7 +549,7 @@ def run_case(case: dict, versions: dict) -> dict:
         f"param_dtypes={'/'.join(param_dtypes)}",
         f"foreach={'true' if foreach else 'false'}",
         f"optimizer_state_resident_bytes={resident_opt_state}",
-        f"loss_head={'masked_lm' if model_type in MASKED_LM_TYPES else 'causal_lm'}",
+        f"loss_head={task.replace('-', '_')}",
         f"build_seconds={t_built - t0:.2f}",
         f"train_seconds={t_done - t_built:.2f}",
         f"kernels={kernels}",
@@ -560,6 +587,8 @@ def run_case(case: dict, versions: dict) -> dict:
         "zero_grad": zero_grad,
         "use_cache": use_cache,
         **{k: case[k] for k in ("lora", "quantization") if case.get(k)},
+        **({"task": task, "num_labels": num_labels} if case.get("task") is not None else {}),
+        **({"config_overrides": case["config_overrides"]} if case.get("config_overrides") else {}),
         "peak_bytes": int(best["peak"]),
         "peak_phase": best["phase"],
         "breakdown_at_peak": breakdown,

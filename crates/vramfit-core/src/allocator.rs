@@ -910,6 +910,9 @@ impl CachingAllocator {
 impl StreamObserver for CachingAllocator {
     fn observe(&mut self, event: StreamEvent, state: StreamState<'_>) {
         let op = match event {
+            // An empty storage (a view's handle) takes no block: the caching allocator hands
+            // out a null pointer for zero bytes.
+            StreamEvent::Alloc { bytes: 0, .. } => return,
             StreamEvent::Alloc { tid, bytes, component } => {
                 let cause = u32::try_from(self.causes.len()).ok().filter(|&c| c != NONE);
                 self.causes.push((bytes, component, state.phase));

@@ -65,6 +65,8 @@ pub struct RawConfig {
     pub final_logit_softcapping: Option<f64>,
     /// `use_cache`.
     pub use_cache: Option<bool>,
+    /// `classifier_dropout` (classification heads).
+    pub classifier_dropout: Option<f64>,
 }
 
 fn field<'a>(
@@ -150,6 +152,7 @@ impl RawConfig {
             attn_logit_softcapping: float(map, &["attn_logit_softcapping"])?,
             final_logit_softcapping: float(map, &["final_logit_softcapping"])?,
             use_cache: boolean(map, &["use_cache"])?,
+            classifier_dropout: float(map, &["classifier_dropout"])?,
         })
     }
 }

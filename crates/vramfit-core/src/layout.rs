@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use crate::model::{Head, ModelSpec, Norm, Positions};
+use crate::model::{Head, ModelSpec, Norm, Pooling, Positions};
 use crate::units::DType;
 
 /// A parameter's shape, as far as memory is concerned.
@@ -84,6 +84,9 @@ pub enum Slot {
     FinalNorm,
     /// The masked-LM head's transform (dense, bias, norm).
     Mlm,
+    /// A sequence classifier's dense + `tanh` before the output (BERT's pooler, RoBERTa's
+    /// classification head).
+    Pooler,
     /// The output projection (absent when tied to the embedding).
     Head,
     /// The output projection's bias.
@@ -217,7 +220,9 @@ impl ModelSpec {
         }
 
         let mut layer = Vec::new();
-        norm(&mut layer, self, Slot::Norm1, "input_layernorm.weight", h);
+        if self.input_norms {
+            norm(&mut layer, self, Slot::Norm1, "input_layernorm.weight", h);
+        }
         if self.fused_qkv {
             layer.push(matrix(Slot::Qkv, "qkv_proj.weight", h, q + 2 * kv));
             if self.qkv_bias {
@@ -236,11 +241,13 @@ impl ModelSpec {
             }
         }
         if self.qk_norm {
-            for name in ["q_norm.weight", "k_norm.weight"] {
+            let (q_len, k_len) =
+                if self.qk_norm_full_width { (q, kv) } else { (self.head_dim, self.head_dim) };
+            for (name, len) in [("q_norm.weight", q_len), ("k_norm.weight", k_len)] {
                 layer.push(ParameterDecl {
                     slot: Slot::QkNorm,
                     name,
-                    shape: Shape::Vector { len: self.head_dim },
+                    shape: Shape::Vector { len },
                     matmul: false,
                     trains: true,
                 });
@@ -250,7 +257,9 @@ impl ModelSpec {
         if self.o_bias {
             layer.push(bias(Slot::OBias, "o_proj.bias", h));
         }
-        norm(&mut layer, self, Slot::Norm2, "post_attention_layernorm.weight", h);
+        if self.input_norms {
+            norm(&mut layer, self, Slot::Norm2, "post_attention_layernorm.weight", h);
+        }
         if self.sandwich_norm {
             norm(&mut layer, self, Slot::Sandwich, "post_attention_norm.weight", h);
             norm(&mut layer, self, Slot::Sandwich, "post_feedforward_layernorm.weight", h);
@@ -291,16 +300,52 @@ impl ModelSpec {
         if self.final_norm {
             norm(&mut after, self, Slot::FinalNorm, "norm.weight", h);
         }
-        if self.head == Head::MaskedLm {
-            after.push(matrix(Slot::Mlm, "transform.dense.weight", h, h));
-            after.push(bias(Slot::Mlm, "transform.dense.bias", h));
-            norm(&mut after, self, Slot::Mlm, "transform.LayerNorm.weight", h);
-        }
-        if !self.tied_embeddings {
-            after.push(matrix(Slot::Head, "lm_head.weight", v, h));
-        }
-        if self.head == Head::MaskedLm {
-            after.push(bias(Slot::HeadBias, "decoder.bias", v));
+        match (self.head, self.classifier) {
+            (Head::CausalLm, _) => {
+                if !self.tied_embeddings {
+                    after.push(matrix(Slot::Head, "lm_head.weight", v, h));
+                }
+            }
+            (Head::MaskedLm, _) => {
+                after.push(matrix(Slot::Mlm, "transform.dense.weight", h, h));
+                after.push(bias(Slot::Mlm, "transform.dense.bias", h));
+                norm(&mut after, self, Slot::Mlm, "transform.LayerNorm.weight", h);
+                if !self.tied_embeddings {
+                    after.push(matrix(Slot::Head, "lm_head.weight", v, h));
+                }
+                after.push(bias(Slot::HeadBias, "decoder.bias", v));
+            }
+            (Head::SequenceClassification(pooling), Some(c)) => {
+                // (the dense before the output: weight, bias), (the output: weight, bias)
+                let (dense, (weight, bias_name)) = match pooling {
+                    Pooling::Pooler => (
+                        Some(("pooler.dense.weight", "pooler.dense.bias")),
+                        ("classifier.weight", "classifier.bias"),
+                    ),
+                    Pooling::ClassificationHead => (
+                        Some(("classifier.dense.weight", "classifier.dense.bias")),
+                        ("classifier.out_proj.weight", "classifier.out_proj.bias"),
+                    ),
+                    Pooling::LastToken => (None, ("score.weight", "score.bias")),
+                };
+                if let Some((dense_weight, dense_bias)) = dense {
+                    after.push(matrix(Slot::Pooler, dense_weight, h, h));
+                    after.push(bias(Slot::Pooler, dense_bias, h));
+                }
+                after.push(matrix(Slot::Head, weight, c.labels, h));
+                if c.bias {
+                    after.push(bias(Slot::HeadBias, bias_name, c.labels));
+                }
+            }
+            (Head::TokenClassification, Some(c)) => {
+                after.push(matrix(Slot::Head, "classifier.weight", c.labels, h));
+                if c.bias {
+                    after.push(bias(Slot::HeadBias, "classifier.bias", c.labels));
+                }
+            }
+            (Head::SequenceClassification(_) | Head::TokenClassification, None) => {
+                unreachable!("ModelSpec::for_task sets a classifier with a classification head")
+            }
         }
 
         let mut buffers = Vec::new();
@@ -395,6 +440,41 @@ mod tests {
         let biased = spec("llama-3.2-1b", &[("mlp_bias", serde_json::Value::Bool(true))]);
         let per_layer = 2 * plain.intermediate_size + plain.hidden_size;
         assert_eq!(biased.parameter_count() - plain.parameter_count(), per_layer * plain.n_layers);
+    }
+
+    /// The classification models' parameter counts, as transformers 5.24 reports them
+    /// (`AutoModelFor*.from_config` on the meta device, `num_labels` set).
+    #[test]
+    fn task_heads_count_as_transformers_does() {
+        use crate::model::Task;
+        for (name, task, labels, expected) in [
+            ("bert-base-uncased", Task::SeqCls, 2, 109_483_778),
+            ("bert-base-uncased", Task::TokenCls, 9, 108_898_569),
+            ("roberta-base", Task::SeqCls, 2, 124_647_170),
+            ("llama-3.2-1b", Task::SeqCls, 2, 1_235_818_496),
+            ("llama-3.2-1b", Task::TokenCls, 2, 1_235_818_498),
+            ("gpt2", Task::TokenCls, 2, 124_441_346),
+            ("gemma-2-2b", Task::SeqCls, 3, 2_614_348_800),
+        ] {
+            let s = spec(name, &[]).for_task(task, labels).expect("task");
+            assert_eq!(s.parameter_count(), expected, "{name} {task}");
+        }
+    }
+
+    #[test]
+    fn the_default_task_changes_nothing_and_the_others_are_refused() {
+        use crate::model::{Task, TaskError};
+        for name in catalog::names() {
+            let s = spec(name, &[]);
+            assert_eq!(s.for_task(s.default_task(), 7), Ok(s.clone()), "{name}");
+            for task in Task::ALL {
+                let r = s.for_task(task, 2);
+                assert_eq!(r.is_ok(), s.tasks().contains(&task), "{name} {task}");
+            }
+            assert!(matches!(s.for_task(Task::SeqCls, 0), Err(TaskError::Labels { .. })));
+        }
+        assert!("seq2seq".parse::<Task>().is_err());
+        assert_eq!("SEQ-CLS".parse::<Task>(), Ok(Task::SeqCls));
     }
 
     #[test]

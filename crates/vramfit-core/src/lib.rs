@@ -55,7 +55,7 @@ pub use estimate::{
     max_micro_batch, model_states_for_params,
 };
 pub use gpu::{Gpu, GpuCatalogError};
-pub use model::{Architecture, ConfigError, ModelSpec};
+pub use model::{Architecture, ConfigError, ModelSpec, Task, TaskError};
 pub use parallel::{HostMemory, Offload, Parallel, ParallelError, Strategy, WorstRank};
 pub use setup::{
     Attention, Checkpointing, Freeze, Lora, LoraTargets, LossKernel, Optimizer, OptimizerImpl,

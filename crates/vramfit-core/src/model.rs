@@ -10,7 +10,8 @@ use std::fmt;
 use serde::Serialize;
 
 use self::architecture::{
-    BiasRule, CacheRule, EmbeddingDropoutRule, HeadDimRule, PositionRule, traits,
+    BiasRule, CacheRule, ClassifierDropoutRule, EmbeddingDropoutRule, HeadDimRule, PositionRule,
+    traits,
 };
 use crate::hf_config::RawConfig;
 
@@ -44,11 +45,13 @@ pub enum Architecture {
     Bert,
     /// RoBERTa.
     Roberta,
+    /// OLMo 2 (norms after the sublayers only, q/k norms over all heads).
+    Olmo2,
 }
 
 impl Architecture {
     /// Every supported architecture.
-    pub const ALL: [Architecture; 12] = [
+    pub const ALL: [Architecture; 13] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Mixtral,
@@ -61,6 +64,7 @@ impl Architecture {
         Architecture::GptNeox,
         Architecture::Bert,
         Architecture::Roberta,
+        Architecture::Olmo2,
     ];
 
     /// The `model_type` string of `config.json`.
@@ -78,6 +82,7 @@ impl Architecture {
             Architecture::GptNeox => "gpt_neox",
             Architecture::Bert => "bert",
             Architecture::Roberta => "roberta",
+            Architecture::Olmo2 => "olmo2",
         }
     }
 
@@ -120,6 +125,8 @@ pub enum Norm {
     GemmaRmsNorm,
     /// `nn.LayerNorm` with bias.
     LayerNorm,
+    /// OLMo 2's RMSNorm: fp32 throughout, `weight * normalised` in fp32, cast at the end.
+    Olmo2RmsNorm,
 }
 
 /// How positions enter the model.
@@ -150,6 +157,130 @@ pub enum Head {
     CausalLm,
     /// BERT's masked-LM head: dense + activation + LayerNorm + decoder over the vocabulary.
     MaskedLm,
+    /// `*ForSequenceClassification`: one row of label scores per sequence.
+    SequenceClassification(Pooling),
+    /// `*ForTokenClassification`: dropout, then a linear to the labels at every token.
+    TokenClassification,
+}
+
+/// How a sequence classifier reduces a sequence to one row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pooling {
+    /// BERT: the base model's pooler (`dense` + `tanh` on the first token), dropout, then the
+    /// classifier with a bias.
+    Pooler,
+    /// RoBERTa's `RobertaClassificationHead`: the first token, dropout, `dense` + `tanh`,
+    /// dropout, `out_proj` with a bias.
+    ClassificationHead,
+    /// Decoders (`GenericForSequenceClassification`, GPT-2, GPT-NeoX): `score` (no bias) at
+    /// every token, then the logits of the last token that is not padding.
+    LastToken,
+}
+
+/// What the model is trained for: the `AutoModelFor*` class around the base model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Task {
+    /// `AutoModelForCausalLM` (decoders' default).
+    CausalLm,
+    /// `AutoModelForMaskedLM` (encoders' default).
+    MaskedLm,
+    /// `AutoModelForSequenceClassification`.
+    SeqCls,
+    /// `AutoModelForTokenClassification`.
+    TokenCls,
+}
+
+impl Task {
+    /// Every task, in the order the CLI lists them.
+    pub const ALL: [Task; 4] = [Task::CausalLm, Task::MaskedLm, Task::SeqCls, Task::TokenCls];
+
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Task::CausalLm => "causal-lm",
+            Task::MaskedLm => "masked-lm",
+            Task::SeqCls => "seq-cls",
+            Task::TokenCls => "token-cls",
+        }
+    }
+
+    /// The `transformers` auto class that builds the model for this task.
+    pub fn auto_class(self) -> &'static str {
+        match self {
+            Task::CausalLm => "AutoModelForCausalLM",
+            Task::MaskedLm => "AutoModelForMaskedLM",
+            Task::SeqCls => "AutoModelForSequenceClassification",
+            Task::TokenCls => "AutoModelForTokenClassification",
+        }
+    }
+}
+
+impl fmt::Display for Task {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Task {
+    type Err = TaskError;
+
+    fn from_str(s: &str) -> Result<Task, TaskError> {
+        let lower = s.trim().to_ascii_lowercase();
+        Task::ALL.into_iter().find(|t| t.name() == lower).ok_or_else(|| TaskError::Unknown {
+            given: s.to_string(),
+            expected: Task::ALL.map(Task::name).join(", "),
+        })
+    }
+}
+
+/// A task the model cannot be trained for, or a bad label count.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskError {
+    /// Not a task name.
+    #[error("unknown task '{given}' (expected one of: {expected})")]
+    Unknown {
+        /// What was given.
+        given: String,
+        /// The task names.
+        expected: String,
+    },
+    /// `transformers` has no such head for the architecture.
+    #[error("{architecture} has no {task} head in transformers (it does: {supported})")]
+    Unsupported {
+        /// The architecture.
+        architecture: Architecture,
+        /// The task asked for.
+        task: Task,
+        /// The tasks it does, comma separated.
+        supported: String,
+    },
+    /// `classifier_dropout` outside `[0, 1)`.
+    #[error("classifier_dropout = {given} is out of range (0..1)")]
+    Dropout {
+        /// The value found.
+        given: String,
+    },
+    /// A classifier with no labels.
+    #[error("num_labels = {given} is out of range (1..={max})")]
+    Labels {
+        /// The value given.
+        given: u64,
+        /// The largest accepted.
+        max: u64,
+    },
+}
+
+/// A classification head's sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Classifier {
+    /// Labels (`num_labels`): the classifier's output width.
+    pub labels: u64,
+    /// The dropout before the classifier (and, for RoBERTa's head, before its dense).
+    pub dropout: f64,
+    /// The classifier's linear has a bias.
+    pub bias: bool,
 }
 
 /// A sparse mixture of experts.
@@ -199,8 +330,13 @@ pub struct ModelSpec {
     pub fused_qkv: bool,
     /// Gate and up computed by one projection (Phi-3).
     pub fused_gate_up: bool,
-    /// Per-head RMSNorm on q and k (Qwen 3).
+    /// RMSNorm on q and k (Qwen 3: per head; OLMo 2: over all heads).
     pub qk_norm: bool,
+    /// The q and k norms span all heads (`q_width`, `kv_width`) rather than one head.
+    pub qk_norm_full_width: bool,
+    /// Norms before attention and before the MLP (false for OLMo 2, whose layers normalise
+    /// only the sublayers' outputs).
+    pub input_norms: bool,
     /// Norms after attention and MLP as well as before (Gemma 2).
     pub sandwich_norm: bool,
     /// Norms after each residual addition instead of before the sublayers (BERT).
@@ -236,6 +372,12 @@ pub struct ModelSpec {
     pub final_softcap: Option<f64>,
     /// The output head.
     pub head: Head,
+    /// The classification head's sizes (`None` for a language-model head).
+    pub classifier: Option<Classifier>,
+    /// `classifier_dropout` as `config.json` gives it (read when a classification head is
+    /// put on the model by [`ModelSpec::for_task`]).
+    #[serde(skip)]
+    pub(crate) classifier_dropout_config: Option<f64>,
     /// The loss casts the logits to fp32 first (`ForCausalLMLoss`'s `logits.float()`); else
     /// `CrossEntropyLoss` takes them as they are (autocast still runs it in fp32).
     pub loss_upcasts_logits: bool,
@@ -342,6 +484,8 @@ const MAX_HEADS: u64 = 4096;
 const MAX_INTERMEDIATE: u64 = 1 << 21;
 const MAX_POSITIONS: u64 = 1 << 24;
 const MAX_EXPERTS: u64 = 4096;
+/// The most labels a classifier may have (beyond any vocabulary).
+pub const MAX_LABELS: u64 = 1 << 24;
 
 fn required(value: Option<u64>, field: &'static str) -> Result<u64, ConfigError> {
     value.ok_or(ConfigError::Missing { field })
@@ -556,6 +700,8 @@ impl ModelSpec {
             fused_qkv: t.fused_qkv,
             fused_gate_up: t.fused_gate_up,
             qk_norm: t.qk_norm,
+            qk_norm_full_width: t.qk_norm_full_width,
+            input_norms: t.input_norms,
             sandwich_norm: t.sandwich_norm,
             post_norm: t.post_norm,
             embedding_norm: t.embedding_norm,
@@ -572,7 +718,12 @@ impl ModelSpec {
             embedding_dropout,
             attn_softcap,
             final_softcap,
-            head: t.head,
+            head: match t.tasks.default {
+                Task::MaskedLm => Head::MaskedLm,
+                _ => Head::CausalLm,
+            },
+            classifier: None,
+            classifier_dropout_config: raw.classifier_dropout,
             loss_upcasts_logits: t.loss_upcasts_logits,
             eager_softmax_fp32: t.eager_softmax_fp32,
             eager_masks: t.eager_masks,
@@ -604,5 +755,83 @@ impl ModelSpec {
     /// model.parameters())` reports.
     pub fn parameter_count(&self) -> u64 {
         self.checked_parameter_count().expect("resolve rejects specs whose count overflows")
+    }
+
+    /// The task the architecture's default head does (`causal-lm` for decoders, `masked-lm`
+    /// for encoders).
+    pub fn default_task(&self) -> Task {
+        traits(self.architecture).tasks.default
+    }
+
+    /// The tasks `transformers` has a head for on this architecture.
+    pub fn tasks(&self) -> Vec<Task> {
+        let rules = traits(self.architecture).tasks;
+        Task::ALL
+            .into_iter()
+            .filter(|&t| match t {
+                Task::CausalLm => rules.causal_lm,
+                Task::MaskedLm => rules.masked_lm,
+                Task::SeqCls | Task::TokenCls => true,
+            })
+            .collect()
+    }
+
+    /// The model with the head of `task` (`num_labels` labels for a classifier, ignored by
+    /// the language-model heads), as the task's `AutoModelFor*` class builds it. The default
+    /// task gives the spec back unchanged.
+    pub fn for_task(&self, task: Task, num_labels: u64) -> Result<ModelSpec, TaskError> {
+        let rules = traits(self.architecture).tasks;
+        if !self.tasks().contains(&task) {
+            return Err(TaskError::Unsupported {
+                architecture: self.architecture,
+                task,
+                supported: self.tasks().into_iter().map(Task::name).collect::<Vec<_>>().join(", "),
+            });
+        }
+        if task == rules.default {
+            return Ok(self.clone());
+        }
+        if !(1..=MAX_LABELS).contains(&num_labels) {
+            return Err(TaskError::Labels { given: num_labels, max: MAX_LABELS });
+        }
+        let configured = self.classifier_dropout_config;
+        let dropout = |rule: ClassifierDropoutRule| match rule {
+            ClassifierDropoutRule::ConfigOrHidden => configured.unwrap_or(self.hidden_dropout),
+            ClassifierDropoutRule::ConfigOr(p) => configured.unwrap_or(p),
+        };
+        let (head, classifier, upcasts) = match task {
+            Task::SeqCls => {
+                let pooling = rules.seq_cls;
+                let (p, bias) = match pooling {
+                    Pooling::Pooler | Pooling::ClassificationHead => {
+                        (dropout(ClassifierDropoutRule::ConfigOrHidden), true)
+                    }
+                    Pooling::LastToken => (0.0, false),
+                };
+                (Head::SequenceClassification(pooling), (p, bias), false)
+            }
+            Task::TokenCls => (
+                Head::TokenClassification,
+                (dropout(rules.token_cls_dropout), true),
+                rules.token_cls_upcasts,
+            ),
+            Task::CausalLm | Task::MaskedLm => {
+                unreachable!("an architecture's one language-model task is its default")
+            }
+        };
+        let (dropout, bias) = classifier;
+        if !(0.0..1.0).contains(&dropout) {
+            return Err(TaskError::Dropout { given: dropout.to_string() });
+        }
+        Ok(ModelSpec {
+            head,
+            classifier: Some(Classifier { labels: num_labels, dropout, bias }),
+            // The classification models hold the base model alone: no output layer tied to
+            // the embedding, no logit soft-capping.
+            tied_embeddings: false,
+            final_softcap: None,
+            loss_upcasts_logits: upcasts,
+            ..self.clone()
+        })
     }
 }

@@ -65,6 +65,12 @@ pub struct OracleCase {
     pub params: u64,
     /// Seconds the oracle took.
     pub oracle_seconds: f64,
+    /// The task (`seq-cls`, …) when not the model's default head.
+    #[serde(default)]
+    pub task: Option<String>,
+    /// The classifier's labels (with `task`).
+    #[serde(default)]
+    pub num_labels: Option<u64>,
     /// Config keys changed from the catalog's.
     #[serde(default)]
     pub config_overrides: Option<Map<String, Value>>,
@@ -142,7 +148,16 @@ impl OracleCase {
                 map.insert(k.clone(), v.clone());
             }
         }
-        ModelSpec::from_hf_config(&config.to_string()).map_err(|e| format!("{}: {e}", self.id))
+        let spec = ModelSpec::from_hf_config(&config.to_string())
+            .map_err(|e| format!("{}: {e}", self.id))?;
+        match &self.task {
+            None => Ok(spec),
+            Some(task) => {
+                let task = task.parse::<crate::Task>().map_err(|e| format!("{}: {e}", self.id))?;
+                spec.for_task(task, self.num_labels.unwrap_or(2))
+                    .map_err(|e| format!("{}: {e}", self.id))
+            }
+        }
     }
 
     /// The training setup the case ran.
@@ -388,6 +403,8 @@ impl GpuMeasurement {
             peak_phase: String::new(),
             params: 0,
             oracle_seconds: 0.0,
+            task: None,
+            num_labels: None,
             config_overrides: None,
             strategy: None,
             lora: None,

@@ -6,7 +6,7 @@ use vramfit_core::allocator::AllocConfError;
 use vramfit_core::card::CardError;
 use vramfit_core::gpu::GpuCatalogError;
 use vramfit_core::peft::PeftError;
-use vramfit_core::{ConfigError, EstimateError, ParallelError, Strategy, Warning};
+use vramfit_core::{ConfigError, EstimateError, ParallelError, Strategy, Task, TaskError, Warning};
 
 /// A one-line hint for an error.
 pub trait Hint {
@@ -53,6 +53,29 @@ impl Hint for ParallelError {
             ParallelError::IdleRanks { largest_dim0, .. } => format!(
                 "use at most {largest_dim0} GPUs for FSDP, or --strategy zero3, which partitions flattened parameters"
             ),
+        }
+    }
+}
+
+impl Hint for TaskError {
+    fn hint(&self) -> String {
+        match self {
+            TaskError::Unknown { .. } => "use causal-lm, masked-lm, seq-cls or token-cls".into(),
+            TaskError::Unsupported { supported, task, .. } => match task {
+                Task::MaskedLm => {
+                    "masked-lm needs an encoder such as bert-base-uncased; a decoder trains with --task causal-lm".into()
+                }
+                Task::CausalLm => {
+                    "causal-lm needs a decoder such as gpt2; an encoder trains with --task masked-lm".into()
+                }
+                _ => format!("use --task with one of: {supported}"),
+            },
+            TaskError::Labels { max, .. } => {
+                format!("give --num-labels the number of classes, 1 to {max} (2 by default)")
+            }
+            TaskError::Dropout { .. } => {
+                "set classifier_dropout in config.json to a probability below 1".into()
+            }
         }
     }
 }

@@ -5,7 +5,7 @@
 //! [`ModelSpec::resolve`](super::ModelSpec::resolve) combines these answers with the values of
 //! a `config.json`; nothing after it asks which architecture a model is.
 
-use super::{Architecture, Head, Norm};
+use super::{Architecture, Norm, Pooling, Task};
 
 /// The default of a bias flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +60,44 @@ pub(super) enum CacheRule {
     Never,
 }
 
+/// Where a classifier's dropout probability comes from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum ClassifierDropoutRule {
+    /// `classifier_dropout`, else the hidden dropout (BERT, RoBERTa).
+    ConfigOrHidden,
+    /// `classifier_dropout`, else this (`GenericForTokenClassification`'s 0.1 for configs
+    /// without a `hidden_dropout`, GPT-2, GPT-NeoX).
+    ConfigOr(f64),
+}
+
+/// The heads `transformers` puts on an architecture.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct TaskRules {
+    /// The task of the default head (the spec's `head` as resolved).
+    pub(super) default: Task,
+    /// A `*ForCausalLM` class exists.
+    pub(super) causal_lm: bool,
+    /// A `*ForMaskedLM` class exists.
+    pub(super) masked_lm: bool,
+    /// How `*ForSequenceClassification` pools a sequence.
+    pub(super) seq_cls: Pooling,
+    /// `*ForTokenClassification`'s dropout.
+    pub(super) token_cls_dropout: ClassifierDropoutRule,
+    /// Its loss casts the logits to fp32 (`ForTokenClassification`'s `logits.float()`), rather
+    /// than `CrossEntropyLoss` on them as they are (BERT, RoBERTa, GPT-2).
+    pub(super) token_cls_upcasts: bool,
+}
+
+/// Decoders whose heads are `transformers`' generic classes.
+const DECODER_TASKS: TaskRules = TaskRules {
+    default: Task::CausalLm,
+    causal_lm: true,
+    masked_lm: false,
+    seq_cls: Pooling::LastToken,
+    token_cls_dropout: ClassifierDropoutRule::ConfigOr(0.1),
+    token_cls_upcasts: true,
+};
+
 /// One architecture's answers.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Traits {
@@ -71,8 +109,13 @@ pub(super) struct Traits {
     pub(super) fused_qkv: bool,
     /// One gate/up projection.
     pub(super) fused_gate_up: bool,
-    /// Per-head RMSNorm on q and k.
+    /// RMSNorm on q and k.
     pub(super) qk_norm: bool,
+    /// The q/k norms span all heads (OLMo 2) rather than one head (Qwen 3).
+    pub(super) qk_norm_full_width: bool,
+    /// Norms before attention and the MLP (OLMo 2 has none: only the sublayers' outputs are
+    /// normalised).
+    pub(super) input_norms: bool,
     /// Norms after the sublayers as well as before.
     pub(super) sandwich_norm: bool,
     /// Norms after each residual addition only (BERT), not before the sublayers.
@@ -83,8 +126,6 @@ pub(super) struct Traits {
     pub(super) final_norm: bool,
     /// Embeddings multiplied by `sqrt(hidden_size)`.
     pub(super) scaled_embeddings: bool,
-    /// The output head.
-    pub(super) head: Head,
     /// The loss casts the logits to fp32 first (`ForCausalLMLoss`: `logits.float()`), rather
     /// than `CrossEntropyLoss` on the logits as they are.
     pub(super) loss_upcasts_logits: bool,
@@ -128,6 +169,8 @@ pub(super) struct Traits {
     pub(super) parallel_residual: bool,
     /// The KV cache in training.
     pub(super) cache: CacheRule,
+    /// The task heads.
+    pub(super) tasks: TaskRules,
 }
 
 /// The decoder-only Llama family's answers, the base of several arms below.
@@ -137,12 +180,13 @@ const LLAMA: Traits = Traits {
     fused_qkv: false,
     fused_gate_up: false,
     qk_norm: false,
+    qk_norm_full_width: false,
+    input_norms: true,
     sandwich_norm: false,
     post_norm: false,
     embedding_norm: false,
     final_norm: true,
     scaled_embeddings: false,
-    head: Head::CausalLm,
     loss_upcasts_logits: true,
     eager_softmax_fp32: true,
     eager_masks: 1,
@@ -163,6 +207,7 @@ const LLAMA: Traits = Traits {
     token_types: false,
     parallel_residual: false,
     cache: CacheRule::Config(true),
+    tasks: DECODER_TASKS,
 };
 
 /// BERT and RoBERTa.
@@ -172,12 +217,13 @@ const ENCODER: Traits = Traits {
     fused_qkv: false,
     fused_gate_up: false,
     qk_norm: false,
+    qk_norm_full_width: false,
+    input_norms: true,
     sandwich_norm: false,
     post_norm: true,
     embedding_norm: true,
     final_norm: false,
     scaled_embeddings: false,
-    head: Head::MaskedLm,
     loss_upcasts_logits: false,
     eager_softmax_fp32: false,
     eager_masks: 0,
@@ -198,6 +244,14 @@ const ENCODER: Traits = Traits {
     token_types: true,
     parallel_residual: false,
     cache: CacheRule::Never,
+    tasks: TaskRules {
+        default: Task::MaskedLm,
+        causal_lm: false,
+        masked_lm: true,
+        seq_cls: Pooling::Pooler,
+        token_cls_dropout: ClassifierDropoutRule::ConfigOrHidden,
+        token_cls_upcasts: false,
+    },
 };
 
 /// Each architecture's answers.
@@ -253,6 +307,8 @@ pub(super) fn traits(arch: Architecture) -> Traits {
             dropout_default: 0.1,
             embedding_dropout: EmbeddingDropoutRule::Own,
             intermediate_defaults_to_4x: true,
+            // GPT2For*Classification: `CrossEntropyLoss` on the logits as they are.
+            tasks: TaskRules { token_cls_upcasts: false, ..DECODER_TASKS },
             ..LLAMA
         },
         A::GptNeox => Traits {
@@ -269,6 +325,18 @@ pub(super) fn traits(arch: Architecture) -> Traits {
             parallel_residual: true,
             ..LLAMA
         },
-        A::Bert | A::Roberta => ENCODER,
+        A::Olmo2 => Traits {
+            norm: Norm::Olmo2RmsNorm,
+            qk_norm: true,
+            qk_norm_full_width: true,
+            input_norms: false,
+            sandwich_norm: true,
+            ..LLAMA
+        },
+        A::Bert => ENCODER,
+        A::Roberta => Traits {
+            tasks: TaskRules { seq_cls: Pooling::ClassificationHead, ..ENCODER.tasks },
+            ..ENCODER
+        },
     }
 }

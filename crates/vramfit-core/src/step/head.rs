@@ -1,10 +1,10 @@
 //! The output head and the loss.
 
-use super::ops::{Saves, consume, linear, new, norm, to, unary};
+use super::ops::{Saves, consume, dropout, linear, linear_rows, new, norm, to, unary};
 use super::parameters::Model;
 use super::{Context, Result, Tensor, mul};
 use crate::graph::{Grad, Graph};
-use crate::model::Head;
+use crate::model::{Classifier, Head, Pooling};
 use crate::setup::LossKernel;
 use crate::timeline::Tid;
 use crate::units::DType;
@@ -19,6 +19,26 @@ pub(super) fn head_and_loss(
     h: Tensor,
 ) -> Result<(Tensor, Option<Tensor>)> {
     let s = cx.spec;
+    match (s.head, s.classifier) {
+        (Head::SequenceClassification(pooling), Some(c)) => {
+            let (loss, logits) = sequence_classification(g, cx, m, h, pooling, c)?;
+            return Ok((loss, Some(logits)));
+        }
+        (Head::TokenClassification, Some(c)) => {
+            // `dropout(last_hidden_state)`, the classifier at every token, cross-entropy.
+            let x = dropout(g, cx, h, c.dropout)?;
+            let logits = linear(g, cx, x, c.labels, m.head, m.head_bias)?;
+            if x.id != h.id {
+                g.drop(x.id);
+            }
+            let loss = cross_entropy(g, cx, logits, s.loss_upcasts_logits)?;
+            return Ok((loss, Some(logits)));
+        }
+        (Head::SequenceClassification(_) | Head::TokenClassification, None) => {
+            unreachable!("ModelSpec::for_task sets a classifier with a classification head")
+        }
+        (Head::CausalLm | Head::MaskedLm, _) => {}
+    }
     let n = cx.tokens;
     let v = s.vocab_size;
     let mut x = h;
@@ -51,19 +71,103 @@ pub(super) fn head_and_loss(
     } else {
         logits
     };
-    // Causal LMs use `ForCausalLMLoss`: logits.float(), then cross_entropy = log_softmax + nll.
-    // BERT/RoBERTa call `CrossEntropyLoss()` on the logits as they are; autocast (CPU and
-    // CUDA alike) runs cross_entropy in fp32, pure bf16 keeps it in bf16.
-    let loss_dt = if s.loss_upcasts_logits || cx.autocast { DType::F32 } else { logits.dtype };
+    let loss = cross_entropy(g, cx, logits, s.loss_upcasts_logits)?;
+    Ok((loss, Some(logits)))
+}
+
+/// Cross-entropy over the logits (`log_softmax` saving its output, then `nll_loss`). Causal
+/// LMs use `ForCausalLMLoss` (and decoders' token classifiers `ForTokenClassification`):
+/// `logits.float()` first (`upcasts`). BERT/RoBERTa and the sequence classifiers call
+/// `CrossEntropyLoss()` on the logits as they are; autocast (CPU and CUDA alike) runs
+/// cross_entropy in fp32, pure bf16 keeps it in bf16.
+fn cross_entropy(g: &mut Graph, cx: &Context<'_>, logits: Tensor, upcasts: bool) -> Result<Tensor> {
+    let loss_dt = if upcasts || cx.autocast { DType::F32 } else { logits.dtype };
     let (l32, copied) = to(g, logits, loss_dt)?;
     let logp = unary(g, l32, loss_dt, Saves::Output)?;
     if copied {
         g.drop(l32.id);
     }
     let loss = new(g, DType::F32, 1)?;
-    g.record(&[loss.id], &[logp.id], &[Grad::New(logp.id, mul(mul(n, v)?, loss_dt.size())?)]);
+    g.record(&[loss.id], &[logp.id], &[Grad::New(logp.id, mul(logits.numel, loss_dt.size())?)]);
     g.drop(logp.id);
-    Ok((loss, Some(logits)))
+    Ok(loss)
+}
+
+/// `*ForSequenceClassification`: the sequence reduced to one row, the classifier, and
+/// cross-entropy over `batch × labels` logits (single-label classification, `num_labels > 1`;
+/// a regression's `MSELoss` on one label allocates alike). Returns the loss and the logits
+/// the output object holds.
+fn sequence_classification(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    m: &Model,
+    h: Tensor,
+    pooling: Pooling,
+    c: Classifier,
+) -> Result<(Tensor, Tensor)> {
+    let batch = cx.setup.micro_batch;
+    let width = cx.spec.hidden_size;
+    let row = mul(batch, width)?;
+    let dense = |g: &mut Graph, x: Tensor| {
+        // dense + tanh (which saves its output)
+        let d = linear_rows(g, cx, x, batch, width, m.pooler[0], m.pooler.get(1).copied())?;
+        consume(g, d, |g, d| unary(g, d, d.dtype, Saves::Output))
+    };
+    // A linear saves its input as it is (a view of the hidden state) when it trains and
+    // autocast does not cast a copy.
+    let saves_view = |g: &Graph, w| !cx.autocast && g.param(w).trains;
+    let logits = match pooling {
+        Pooling::Pooler => {
+            // BertPooler: dense(hidden[:, 0]) + tanh; dropout; classifier.
+            let first = first_token(g, h, row, saves_view(g, m.pooler[0]))?;
+            let pooled = consume(g, first, dense)?;
+            let x = consume(g, pooled, |g, p| dropout(g, cx, p, c.dropout))?;
+            consume(g, x, |g, x| linear_rows(g, cx, x, batch, c.labels, m.head, m.head_bias))?
+        }
+        Pooling::ClassificationHead => {
+            // RobertaClassificationHead: hidden[:, 0]; dropout; dense + tanh; dropout; out_proj.
+            let keeps = c.dropout <= 0.0 && saves_view(g, m.pooler[0]);
+            let first = first_token(g, h, row, keeps)?;
+            let x = consume(g, first, |g, f| dropout(g, cx, f, c.dropout))?;
+            let x = consume(g, x, dense)?;
+            let x = consume(g, x, |g, x| dropout(g, cx, x, c.dropout))?;
+            consume(g, x, |g, x| linear_rows(g, cx, x, batch, c.labels, m.head, m.head_bias))?
+        }
+        Pooling::LastToken => {
+            // `score` at every token, then `logits[arange(batch), last_non_pad_token]`.
+            let all = linear(g, cx, h, c.labels, m.head, m.head_bias)?;
+            let seq = cx.setup.seq_len;
+            let tokens = cx.tokens;
+            // non_pad_mask = (input_ids != pad).to(int32); token_indices = arange(seq, int32);
+            // (token_indices * non_pad_mask).argmax(-1); arange(batch) for the rows.
+            let not_pad = g.alloc(tokens)?;
+            let mask = g.alloc(mul(tokens, 4)?)?;
+            g.drop(not_pad);
+            let positions = g.alloc(mul(seq, 4)?)?;
+            let product = g.alloc(mul(tokens, 4)?)?;
+            let last = g.alloc(mul(batch, 8)?)?;
+            let rows = g.alloc(mul(batch, 8)?)?;
+            // IndexBackward saves the indices; its gradient scatters into zeros of `all`.
+            let pooled = new(g, all.dtype, mul(batch, c.labels)?)?;
+            g.record(&[pooled.id], &[rows, last], &[Grad::New(all.id, all.bytes())]);
+            for t in [all.id, mask, positions, product, last, rows] {
+                g.drop(t);
+            }
+            pooled
+        }
+    };
+    let loss = cross_entropy(g, cx, logits, cx.spec.loss_upcasts_logits)?;
+    Ok((loss, logits))
+}
+
+/// `hidden[:, 0]`: a view with no storage of its own, whose backward (`select_backward`)
+/// makes a zero gradient of the whole hidden state. When the next op saves the view
+/// (`keeps_base`), the hidden state's storage lives until backward.
+fn first_token(g: &mut Graph, h: Tensor, numel: u64, keeps_base: bool) -> Result<Tensor> {
+    let view = g.alloc(0)?;
+    let saved: &[Tid] = if keeps_base { &[h.id] } else { &[] };
+    g.record(&[view], saved, &[Grad::New(h.id, h.bytes())]);
+    Ok(Tensor { id: view, dtype: h.dtype, numel })
 }
 
 /// Liger Kernel's fused linear cross-entropy, as `LigerFusedLinearCrossEntropyFunction`

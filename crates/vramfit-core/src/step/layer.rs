@@ -25,7 +25,7 @@ pub(super) fn layer_forward(
     let post_norm = s.post_norm;
     let trig_dt = x.dtype;
     // Attention block.
-    let a_in = if post_norm { x } else { norm(g, cx, x, &lp.norm1, n)? };
+    let a_in = if post_norm || !s.input_norms { x } else { norm(g, cx, x, &lp.norm1, n)? };
     let (q, k, v) = if s.fused_qkv {
         let qkv = linear(
             g,
@@ -46,8 +46,9 @@ pub(super) fn layer_forward(
         (q, k, v)
     };
     let (q, k) = if s.qk_norm {
-        let rows_q = mul(n, s.n_heads)?;
-        let rows_k = mul(n, s.n_kv_heads)?;
+        // Per head (Qwen 3), or over all heads before they are split (OLMo 2).
+        let (rows_q, rows_k) =
+            if s.qk_norm_full_width { (n, n) } else { (mul(n, s.n_heads)?, mul(n, s.n_kv_heads)?) };
         let qn = norm(g, cx, q, &lp.qk_norm[..1], rows_q)?;
         g.drop(q.id);
         let kn = norm(g, cx, k, &lp.qk_norm[1..], rows_k)?;
@@ -118,9 +119,9 @@ pub(super) fn layer_forward(
         h1
     };
     // MLP block.
-    let m_in = if post_norm { h1 } else { norm(g, cx, h1, &lp.norm2, n)? };
+    let m_in = if post_norm || !s.input_norms { h1 } else { norm(g, cx, h1, &lp.norm2, n)? };
     let mo = if s.moe.is_some() { moe(g, cx, lp, m_in)? } else { mlp(g, cx, lp, m_in)? };
-    if !post_norm {
+    if m_in.id != h1.id {
         g.drop(m_in.id);
     }
     let mo = if s.sandwich_norm {

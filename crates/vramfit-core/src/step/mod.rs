@@ -565,9 +565,13 @@ mod tests {
             use_cache in any::<bool>(),
             peft in 0u8..5,
             kind in prop::sample::select(crate::setup::QuantType::ALL.to_vec()),
+            task in 0usize..3,
         ) {
             let names = catalog::names();
             let spec = spec(names[m % names.len()]);
+            // The model's own head, a sequence or a token classifier.
+            let tasks = spec.tasks();
+            let spec = spec.for_task(tasks[task % tasks.len()], 3).unwrap();
             // None, LoRA, QLoRA (a quantised base), DoRA, DoRA with dropout.
             let lora = (peft > 0).then(|| crate::setup::Lora {
                 rank: 4,

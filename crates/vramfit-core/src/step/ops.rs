@@ -33,17 +33,40 @@ pub(super) fn linear(
     w: ParamId,
     bias: Option<ParamId>,
 ) -> Result<Tensor> {
+    linear_rows(g, cx, x, cx.tokens, out_features, w, bias)
+}
+
+/// [`linear`] over `rows` rows rather than every token (a classifier on one row per
+/// sequence).
+pub(super) fn linear_rows(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    x: Tensor,
+    rows: u64,
+    out_features: u64,
+    w: ParamId,
+    bias: Option<ParamId>,
+) -> Result<Tensor> {
     let quant = cx.quantized(w);
     let y = match quant {
-        Some(q) if q.four_bit => linear_4bit(g, cx, x, out_features, w, bias, q)?,
-        Some(q) => linear_8bit(g, cx, x, out_features, w, q)?,
-        None => base_linear(g, cx, x, out_features, w, bias)?,
+        Some(q) if q.four_bit => linear_4bit(g, x, rows, out_features, q)?,
+        Some(q) => linear_8bit(g, x, rows, out_features, q)?,
+        None => base_linear(g, cx, x, rows, out_features, w, bias)?,
     };
-    // PEFT's 4-bit LoRA layer clones the base layer's result ("defensively", per Tim
-    // Dettmers) before adding the adapter's.
-    let clone = quant.is_some_and(|q| q.four_bit);
     match cx.adapter(w) {
-        Some(adapter) => lora(g, cx, x, y, out_features, adapter, clone),
+        Some(adapter) => {
+            // PEFT's 4-bit LoRA layer clones the base layer's result ("defensively", per Tim
+            // Dettmers) before adding the adapter's; CloneBackward hands the gradient on.
+            let y = if quant.is_some_and(|q| q.four_bit) {
+                let c = new(g, y.dtype, y.numel)?;
+                g.record(&[c.id], &[], &[Grad::Pass(y.id)]);
+                g.drop(y.id);
+                c
+            } else {
+                y
+            };
+            lora(g, cx, x, y, rows, out_features, adapter)
+        }
         None => Ok(y),
     }
 }
@@ -56,11 +79,9 @@ pub(super) fn linear(
 /// left to the caller's bookkeeping: it stays a frozen parameter.
 fn linear_4bit(
     g: &mut Graph,
-    cx: &Context<'_>,
     x: Tensor,
+    rows: u64,
     out_features: u64,
-    _w: ParamId,
-    _bias: Option<ParamId>,
     q: super::parameters::QuantLinear,
 ) -> Result<Tensor> {
     let (xc, copied) = to(g, x, q.compute_dtype)?;
@@ -72,7 +93,7 @@ fn linear_4bit(
         None => None,
     };
     let dequantized = g.alloc(mul(q.numel, q.compute_dtype.size())?)?;
-    let y = new(g, q.compute_dtype, mul(cx.tokens, out_features)?)?;
+    let y = new(g, q.compute_dtype, mul(rows, out_features)?)?;
     let mut grads = Vec::with_capacity(3);
     if let Some((_, _, bytes)) = absmax {
         grads.push(Grad::Scratch(bytes));
@@ -101,13 +122,11 @@ fn linear_4bit(
 /// input's dtype (`CB.to(dtype_A, copy=True)`) for the input's gradient.
 fn linear_8bit(
     g: &mut Graph,
-    cx: &Context<'_>,
     x: Tensor,
+    rows: u64,
     out_features: u64,
-    _w: ParamId,
     q: super::parameters::QuantLinear,
 ) -> Result<Tensor> {
-    let rows = cx.tokens;
     let half = if x.dtype == DType::F16 { None } else { Some(g.alloc(mul(x.numel, 2)?)?) };
     let ca = g.alloc(x.numel)?;
     let sca = g.alloc(mul(rows, 4)?)?;
@@ -137,19 +156,8 @@ fn cast_weight(g: &mut Graph, p: ParamId) -> Result<(Option<crate::timeline::Tid
     Ok((Some(g.alloc(bytes)?), true))
 }
 
+/// A linear over `rows` input rows, without adapters or quantisation.
 fn base_linear(
-    g: &mut Graph,
-    cx: &Context<'_>,
-    x: Tensor,
-    out_features: u64,
-    w: ParamId,
-    bias: Option<ParamId>,
-) -> Result<Tensor> {
-    base_linear_rows(g, cx, x, cx.tokens, out_features, w, bias)
-}
-
-/// [`base_linear`] over `rows` input rows (DoRA multiplies an identity matrix).
-fn base_linear_rows(
     g: &mut Graph,
     cx: &Context<'_>,
     x: Tensor,
@@ -206,36 +214,27 @@ fn lora(
     cx: &Context<'_>,
     x: Tensor,
     result: Tensor,
+    rows: u64,
     out_features: u64,
     adapter: super::parameters::Adapter,
-    clone: bool,
 ) -> Result<Tensor> {
-    let result = if clone {
-        // `result.clone()`: CloneBackward hands the gradient on as it is.
-        let c = new(g, result.dtype, result.numel)?;
-        g.record(&[c.id], &[], &[Grad::Pass(result.id)]);
-        g.drop(result.id);
-        c
-    } else {
-        result
-    };
     let (xa, cast) = to(g, x, g.param(adapter.a).dtype)?;
     if let Some(magnitude) = adapter.magnitude {
-        let y = dora(g, cx, xa, result, out_features, adapter, magnitude)?;
+        let y = dora(g, cx, xa, result, (rows, out_features), adapter, magnitude)?;
         if cast {
             g.drop(xa.id);
         }
         return Ok(y);
     }
     let d = if adapter.dropout { dropout(g, cx, xa, 0.5)? } else { xa };
-    let a = base_linear(g, cx, d, adapter.rank, adapter.a, None)?;
+    let a = base_linear(g, cx, d, rows, adapter.rank, adapter.a, None)?;
     if d.id != xa.id {
         g.drop(d.id);
     }
     if cast {
         g.drop(xa.id);
     }
-    let b = consume(g, a, |g, a| base_linear(g, cx, a, out_features, adapter.b, None))?;
+    let b = consume(g, a, |g, a| base_linear(g, cx, a, rows, out_features, adapter.b, None))?;
     let scaled = consume(g, b, |g, b| unary(g, b, b.dtype, Saves::Nothing))?;
     let sum = add(g, result, scaled)?;
     g.drop(scaled.id);
@@ -262,12 +261,12 @@ fn dora(
     cx: &Context<'_>,
     x: Tensor,
     result: Tensor,
-    out_features: u64,
+    (rows, out_features): (u64, u64),
     adapter: super::parameters::Adapter,
     magnitude: ParamId,
 ) -> Result<Tensor> {
     let adt = g.param(adapter.a).dtype;
-    let inputs = x.numel / cx.tokens.max(1);
+    let inputs = x.numel / rows.max(1);
     let numel = mul(inputs, out_features)?;
     // get_lora_weight: eye, A, B; the graph of it lives until the forward returns.
     let eye = new(g, adt, mul(inputs, inputs)?)?;
@@ -319,13 +318,14 @@ fn dora(
     // The base result: the one given, or made again from the dropped input.
     let (d, base) =
         if adapter.dropout { (dropout(g, cx, x, 0.5)?, None) } else { (x, Some(result)) };
-    let a = base_linear(g, cx, d, adapter.rank, adapter.a, None)?;
-    let lora_result = consume(g, a, |g, a| base_linear(g, cx, a, out_features, adapter.b, None))?;
+    let a = base_linear(g, cx, d, rows, adapter.rank, adapter.a, None)?;
+    let lora_result =
+        consume(g, a, |g, a| base_linear(g, cx, a, rows, out_features, adapter.b, None))?;
     let base_result = match base {
         Some(r) => r,
         None => {
             // F.linear(x, weight): the frozen weight, cast per call under autocast.
-            let y = new(g, cx.mm_out(d.dtype), mul(cx.tokens, out_features)?)?;
+            let y = new(g, cx.mm_out(d.dtype), mul(rows, out_features)?)?;
             let wc = if cx.autocast {
                 Some(g.alloc(mul(numel, cx.compute_dtype.size())?)?)
             } else {
@@ -498,7 +498,7 @@ pub(super) fn norm(
             }
             Ok(y)
         }
-        Norm::RmsNorm | Norm::GemmaRmsNorm => {
+        Norm::RmsNorm | Norm::GemmaRmsNorm | Norm::Olmo2RmsNorm => {
             // x32 = x.float(); var = x32.pow(2).mean(-1); h = x32 * rsqrt(var + eps)
             let (x32, copied) = to(g, x, DType::F32)?;
             let pow = unary(g, x32, DType::F32, Saves::Input)?;
@@ -518,8 +518,10 @@ pub(super) fn norm(
             if copied {
                 g.drop(x32.id);
             }
-            let out = if cx.spec.norm == Norm::GemmaRmsNorm {
-                // output * (1 + weight.float()), then .type_as(x)
+            let out = if matches!(cx.spec.norm, Norm::GemmaRmsNorm | Norm::Olmo2RmsNorm) {
+                // Gemma: output * (1 + weight.float()), then .type_as(x); OLMo 2:
+                // (weight * output).to(input_dtype). Both multiply in fp32, save the
+                // normalised fp32 tensor and cast at the end.
                 let y = new(g, DType::F32, hn.numel)?;
                 let mut grads = vec![Grad::New(hn.id, hn.bytes())];
                 grads.extend(wgrad(g, w));

@@ -55,6 +55,8 @@ pub(crate) struct Model {
     pub(crate) layers: Vec<LayerParams>,
     pub(crate) final_norm: Vec<ParamId>,
     pub(crate) mlm: Vec<ParamId>,
+    /// A sequence classifier's dense before its output (weight, bias).
+    pub(crate) pooler: Vec<ParamId>,
     pub(crate) head: ParamId,
     pub(crate) head_bias: Option<ParamId>,
     /// Each parameter's LoRA adapter, indexed by [`ParamId`].
@@ -78,6 +80,7 @@ pub(crate) fn build_model(
         layers: vec![LayerParams::default(); layout.n_layers as usize],
         final_norm: Vec::new(),
         mlm: Vec::new(),
+        pooler: Vec::new(),
         head: ParamId(usize::MAX),
         head_bias: None,
         adapters: Vec::new(),
@@ -170,6 +173,7 @@ fn assign(model: &mut Model, layer: Option<u64>, slot: crate::layout::Slot, id: 
         (None, Slot::EmbedNorm) => model.embed_norm.push(id),
         (None, Slot::FinalNorm) => model.final_norm.push(id),
         (None, Slot::Mlm) => model.mlm.push(id),
+        (None, Slot::Pooler) => model.pooler.push(id),
         (None, Slot::Head) => model.head = id,
         (None, Slot::HeadBias) => model.head_bias = Some(id),
         (Some(l), slot) => {

@@ -199,7 +199,7 @@ fn model_source(body: &Map<String, Value>, setup: &SetupArgs) -> Result<ModelSou
                 "send a built-in model's name or a config.json, not both",
             ));
         }
-        (Some(Value::String(name)), None) => ModelSource::builtin(name)?,
+        (Some(Value::String(name)), None) => setup.with_task(ModelSource::builtin(name)?)?,
         (Some(_), None) => return Err(bad_field("model", "a built-in model's name")),
         (None, Some(Value::Object(file))) => {
             let Some(Value::String(text)) = file.get("text") else {
@@ -210,7 +210,7 @@ fn model_source(body: &Map<String, Value>, setup: &SetupArgs) -> Result<ModelSou
                 None | Some(Value::Null) => "config.json".to_owned(),
                 _ => return Err(bad_field("config.name", "the file's name")),
             };
-            ModelSource::from_config(name.clone(), text, &name)?
+            setup.with_task(ModelSource::from_config(name.clone(), text, &name)?)?
         }
         (None, Some(_)) => {
             return Err(bad_field("config", "an object {\"name\": ..., \"text\": ...}"));
@@ -333,7 +333,7 @@ mod tests {
         );
         check(
             json!({"bacth": 4}),
-            "error: unknown field `bacth`\nhint: the fields are model, config, params, batch, seq_len, precision, optimizer, optimizer_state_dtype, optimizer_impl, attention, checkpointing, grad_accum, gpu, freeze, lora_rank, lora_alpha, lora_targets, lora_dropout, modules_to_save, cuda_context, alloc_conf, margin, loop, zero_grad, use_cache, target, cuda_version, loss, gpus, nodes, strategy, reshard_after_forward, offload, global_batch, gradient_as_bucket_view, bucket_cap_mb, reduce_bucket_size, allgather_bucket_size, stage3_prefetch_bucket_size, stage3_max_live_parameters, stage3_param_persistence_threshold",
+            "error: unknown field `bacth`\nhint: the fields are model, config, params, batch, seq_len, precision, optimizer, optimizer_state_dtype, optimizer_impl, attention, checkpointing, grad_accum, gpu, freeze, lora_rank, lora_alpha, lora_targets, lora_dropout, modules_to_save, cuda_context, alloc_conf, margin, loop, zero_grad, use_cache, target, cuda_version, loss, task, num_labels, gpus, nodes, strategy, reshard_after_forward, offload, global_batch, gradient_as_bucket_view, bucket_cap_mb, reduce_bucket_size, allgather_bucket_size, stage3_prefetch_bucket_size, stage3_max_live_parameters, stage3_param_persistence_threshold",
         );
         check(
             json!({"gpus": 8, "strategy": "zero3", "gradient_as_bucket_view": null}),

@@ -12,3 +12,4 @@ mod peft;
 mod plan;
 mod schema;
 mod serve;
+mod task;

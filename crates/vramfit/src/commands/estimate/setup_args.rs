@@ -8,7 +8,7 @@ use vramfit_core::overhead::{self, ContextBasis, ModuleLoading};
 use vramfit_core::units::{parse_count, parse_size};
 use vramfit_core::{
     Attention, Bytes, Checkpointing, DType, Freeze, Lora, LoraTargets, LossKernel, ModelSpec,
-    Optimizer, OptimizerImpl, Precision, QuantType, Quantization, TrainSetup, TrainingLoop,
+    Optimizer, OptimizerImpl, Precision, QuantType, Quantization, Task, TrainSetup, TrainingLoop,
     ZeroGrad, catalog,
 };
 use vramfit_hub::{HubEnv, HubRemote, RepoId};
@@ -168,6 +168,16 @@ pub struct SetupArgs {
     /// linear + cross-entropy that never makes the logits: Liger Kernel's).
     #[arg(long, default_value = "standard", value_name = "KIND")]
     pub loss: String,
+
+    /// What the model is trained for, the head transformers' AutoModelFor* class puts on it:
+    /// causal-lm, masked-lm, seq-cls (sequence classification), token-cls. Default: the
+    /// model's own head (masked-lm for BERT and RoBERTa, causal-lm otherwise).
+    #[arg(long, value_name = "TASK")]
+    pub task: Option<String>,
+
+    /// Labels of a seq-cls or token-cls head (config.json's num_labels). Default 2.
+    #[arg(long, value_name = "N")]
+    pub num_labels: Option<u64>,
 
     /// The GPUs and how they share the model (`estimate/parallel_args.rs`).
     #[command(flatten)]
@@ -528,6 +538,12 @@ impl SetupArgs {
                     "give a parameter count such as 125M, 1B, 7e9 or 350000000",
                 )
             })?;
+            if self.task.is_some() || self.num_labels.is_some() {
+                return Err(Failure::with_hint(
+                    "--task and --num-labels need a model",
+                    "pass --model NAME|PATH|ORG/NAME instead of --params to put a task head on it",
+                ));
+            }
             return Ok(ModelSource::Parameters(n));
         }
         let Some(name) = &self.model else {
@@ -536,7 +552,33 @@ impl SetupArgs {
                 "pass --model NAME|PATH|ORG/NAME (e.g. --model llama-3.2-1b) or --params 1B",
             ));
         };
-        resolve_model(name)
+        self.with_task(resolve_model(name)?)
+    }
+
+    /// The model with the head `--task` and `--num-labels` ask for.
+    pub fn with_task(&self, source: ModelSource) -> Result<ModelSource, Failure> {
+        let ModelSource::Spec { label, spec } = source else { return Ok(source) };
+        let task = match self.task.as_deref() {
+            Some(text) => text.parse::<Task>().map_err(|e| {
+                Failure::with_hint(
+                    format!("--task: {e}"),
+                    "use causal-lm, masked-lm, seq-cls or token-cls",
+                )
+            })?,
+            None => spec.default_task(),
+        };
+        if let Some(n) = self.num_labels
+            && !matches!(task, Task::SeqCls | Task::TokenCls)
+        {
+            return Err(Failure::with_hint(
+                format!("--num-labels {n} needs a classification head, not {task}"),
+                "add --task seq-cls or --task token-cls, or drop --num-labels",
+            ));
+        }
+        let spec = spec
+            .for_task(task, self.num_labels.unwrap_or(2))
+            .map_err(|e| Failure::with_hint(format!("{label}: {e}"), e.hint()))?;
+        Ok(ModelSource::Spec { label, spec: Box::new(spec) })
     }
 }
 

@@ -167,7 +167,6 @@ impl<'a> Emit<'a> {
         self.report.hub_id.clone().unwrap_or_else(|| self.report.model.clone())
     }
 
-    /// `AutoModelForCausalLM` or `AutoModelForMaskedLM`.
     /// The transformers module and class of the model's repeated layer (what FSDP wraps).
     pub(super) fn layer(&self) -> (&'static str, &'static str) {
         use vramfit_core::model::Architecture as A;
@@ -184,6 +183,7 @@ impl<'a> Emit<'a> {
             A::GptNeox => ("gpt_neox", "GPTNeoXLayer"),
             A::Bert => ("bert", "BertLayer"),
             A::Roberta => ("roberta", "RobertaLayer"),
+            A::Olmo2 => ("olmo2", "Olmo2DecoderLayer"),
         }
     }
 
@@ -198,10 +198,13 @@ impl<'a> Emit<'a> {
         format!("from transformers.models.{module}.modeling_{module} import {class}")
     }
 
+    /// The `AutoModelFor*` class of the model's head.
     pub(super) fn auto_class(&self) -> &'static str {
         match self.report.spec.head {
             Head::MaskedLm => "AutoModelForMaskedLM",
             Head::CausalLm => "AutoModelForCausalLM",
+            Head::SequenceClassification(_) => "AutoModelForSequenceClassification",
+            Head::TokenClassification => "AutoModelForTokenClassification",
         }
     }
 
@@ -251,6 +254,8 @@ impl<'a> Emit<'a> {
             let task = match self.report.spec.head {
                 Head::MaskedLm => "",
                 Head::CausalLm => ", task_type=\"CAUSAL_LM\"",
+                Head::SequenceClassification(_) => ", task_type=\"SEQ_CLS\"",
+                Head::TokenClassification => ", task_type=\"TOKEN_CLS\"",
             };
             lines.push(format!(
                 "{model} = get_peft_model({model}, LoraConfig(r={}, lora_alpha={}{targets}{dropout}{save}{task}))",
