@@ -235,6 +235,11 @@ impl<'de> Deserialize<'de> for Checkpointing {
     }
 }
 
+/// torchtune's `num_output_chunks` (its `TransformerDecoder` and `CEWithChunkedOutputLoss`).
+pub const TORCHTUNE_OUTPUT_CHUNKS: u64 = 8;
+/// LitGPT's `lm_head_chunk_size` in its fine-tuning scripts.
+pub const LITGPT_LM_HEAD_CHUNK: u64 = 128;
+
 /// How the loss is computed from the last hidden states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -248,17 +253,56 @@ pub enum LossKernel {
     /// `use_liger_kernel` installs), which computes the gradients of the hidden states and
     /// of the output layer during the forward, chunk by chunk over the tokens.
     Chunked,
+    /// torchtune's `CEWithChunkedOutputLoss` with its model's chunked output
+    /// (`TransformerDecoder.chunked_output`, `num_output_chunks` 8): the output layer is
+    /// applied to each of 8 slices of the sequence (`tensor_split`), so every logit is still
+    /// made (as a list of chunks, which the recipe drops after the loss); each chunk is upcast
+    /// to fp32 (`.float()`) and its cross-entropy computed on its own, so only one chunk's fp32
+    /// copy exists at a time. The fp32 log-probabilities of every chunk are saved for backward.
+    #[serde(rename = "chunked-output")]
+    ChunkedOutput,
+    /// LitGPT's `chunked_cross_entropy` with `lm_head_chunk_size=128`: the output layer is
+    /// applied to 128-token slices of the sequence (`split`), and cross-entropy runs on each
+    /// chunk in the logits' own dtype (no upcast; autocast runs it in fp32).
+    #[serde(rename = "chunked-output-litgpt")]
+    ChunkedOutputLitgpt,
 }
 
 impl LossKernel {
     /// All variants.
-    pub const ALL: [LossKernel; 2] = [LossKernel::Standard, LossKernel::Chunked];
+    pub const ALL: [LossKernel; 4] = [
+        LossKernel::Standard,
+        LossKernel::Chunked,
+        LossKernel::ChunkedOutput,
+        LossKernel::ChunkedOutputLitgpt,
+    ];
 
     /// The name used on the command line and in JSON.
     pub fn name(self) -> &'static str {
         match self {
             LossKernel::Standard => "standard",
             LossKernel::Chunked => "chunked",
+            LossKernel::ChunkedOutput => "chunked-output",
+            LossKernel::ChunkedOutputLitgpt => "chunked-output-litgpt",
+        }
+    }
+
+    /// The lengths of the sequence slices the output layer is applied to, for a chunked-output
+    /// loss (`None`: the whole sequence at once, or no logits at all).
+    pub fn output_chunks(self, seq_len: u64) -> Option<Vec<u64>> {
+        match self {
+            LossKernel::Standard | LossKernel::Chunked => None,
+            // `tensor_split(8, dim=1)`: the first `seq_len % 8` slices one longer.
+            LossKernel::ChunkedOutput => {
+                let n = TORCHTUNE_OUTPUT_CHUNKS.min(seq_len.max(1));
+                let (base, extra) = (seq_len / n, seq_len % n);
+                Some((0..n).map(|i| base + u64::from(i < extra)).filter(|&l| l > 0).collect())
+            }
+            // `split(128, dim=1)`: 128-token slices, the last one shorter.
+            LossKernel::ChunkedOutputLitgpt => {
+                let size = LITGPT_LM_HEAD_CHUNK;
+                Some((0..seq_len.div_ceil(size)).map(|i| size.min(seq_len - i * size)).collect())
+            }
         }
     }
 
@@ -552,6 +596,7 @@ named_enum!(ZeroGrad, "zero-grad mode",
 named_enum!(LossKernel, "loss",
     "fused" => LossKernel::Chunked, "liger" => LossKernel::Chunked, "flce" => LossKernel::Chunked,
     "cce" => LossKernel::Chunked, "cross-entropy" => LossKernel::Standard,
+    "torchtune" => LossKernel::ChunkedOutput, "litgpt" => LossKernel::ChunkedOutputLitgpt,
 );
 
 #[cfg(test)]
