@@ -263,7 +263,7 @@ def chunked_output_loss(torch, model, input_ids, kind: str):
     of chunks is the model's output), cross-entropy chunk by chunk. Returns (chunks, loss).
 
     - "chunked-output": torchtune's `TransformerDecoder.chunked_output`
-      (`[self.output(chunk) for chunk in h.tensor_split(8, dim=1)]`) and
+      (`[self.output(chunk) for chunk in h.chunk(8, dim=1)]`) and
       `CEWithChunkedOutputLoss` (labels shifted left with an ignored last position, chunked
       with `labels.chunk(8, dim=1)`; per chunk `F.cross_entropy(logits.float(), labels,
       reduction="sum")`, summed with `+=`, divided by the count of labelled tokens).
@@ -283,7 +283,7 @@ def chunked_output_loss(torch, model, input_ids, kind: str):
         return F.linear(x, weight, bias)
 
     if kind == "chunked-output":
-        chunks = [head(chunk) for chunk in hidden.tensor_split(8, dim=1)]
+        chunks = [head(chunk) for chunk in hidden.chunk(8, dim=1)]
         del hidden
         ignore = torch.full_like(input_ids[:, :1], -100)
         labels = torch.hstack((input_ids[:, 1:], ignore))

@@ -235,6 +235,11 @@ impl<'de> Deserialize<'de> for Checkpointing {
     }
 }
 
+/// `split(size)` of `len` items: the lengths of the pieces.
+fn slices(len: u64, size: u64) -> Vec<u64> {
+    (0..len.div_ceil(size)).map(|i| size.min(len - i * size)).collect()
+}
+
 /// torchtune's `num_output_chunks` (its `TransformerDecoder` and `CEWithChunkedOutputLoss`).
 pub const TORCHTUNE_OUTPUT_CHUNKS: u64 = 8;
 /// LitGPT's `lm_head_chunk_size` in its fine-tuning scripts.
@@ -255,7 +260,7 @@ pub enum LossKernel {
     Chunked,
     /// torchtune's `CEWithChunkedOutputLoss` with its model's chunked output
     /// (`TransformerDecoder.chunked_output`, `num_output_chunks` 8): the output layer is
-    /// applied to each of 8 slices of the sequence (`tensor_split`), so every logit is still
+    /// applied to each of 8 slices of the sequence (`chunk`), so every logit is still
     /// made (as a list of chunks, which the recipe drops after the loss); each chunk is upcast
     /// to fp32 (`.float()`) and its cross-entropy computed on its own, so only one chunk's fp32
     /// copy exists at a time. The fp32 log-probabilities of every chunk are saved for backward.
@@ -292,17 +297,13 @@ impl LossKernel {
     pub fn output_chunks(self, seq_len: u64) -> Option<Vec<u64>> {
         match self {
             LossKernel::Standard | LossKernel::Chunked => None,
-            // `tensor_split(8, dim=1)`: the first `seq_len % 8` slices one longer.
+            // `chunk(8, dim=1)`: slices of `ceil(seq_len / 8)`, the last one shorter (and
+            // fewer than 8 of them when that rounding leaves nothing over).
             LossKernel::ChunkedOutput => {
-                let n = TORCHTUNE_OUTPUT_CHUNKS.min(seq_len.max(1));
-                let (base, extra) = (seq_len / n, seq_len % n);
-                Some((0..n).map(|i| base + u64::from(i < extra)).filter(|&l| l > 0).collect())
+                Some(slices(seq_len, seq_len.div_ceil(TORCHTUNE_OUTPUT_CHUNKS).max(1)))
             }
             // `split(128, dim=1)`: 128-token slices, the last one shorter.
-            LossKernel::ChunkedOutputLitgpt => {
-                let size = LITGPT_LM_HEAD_CHUNK;
-                Some((0..seq_len.div_ceil(size)).map(|i| size.min(seq_len - i * size)).collect())
-            }
+            LossKernel::ChunkedOutputLitgpt => Some(slices(seq_len, LITGPT_LM_HEAD_CHUNK)),
         }
     }
 

@@ -82,8 +82,11 @@ pub(super) fn head_and_loss(
 ///   output weight trains, `matmul` folds it with a `reshape` that copies it, and the copy is
 ///   what the linear saves; otherwise (one sequence, or a frozen head, which `matmul` runs as
 ///   a batched product) the linear saves the slice, a view of the hidden states.
-/// * Each slice's backward (`SliceBackward`) makes a gradient of the whole hidden states'
-///   shape, zeros around the chunk's, which autograd's input buffer adds up.
+/// * The slices' backward (`SplitBackward`, once every chunk's gradient has arrived) makes a
+///   gradient of the whole hidden states' shape: modelled as one such gradient per chunk,
+///   added up in place.
+/// * The output weight gets one gradient per chunk, summed in autograd's input buffer (the
+///   first two out of place, as for tied embeddings).
 /// * Each chunk saves its log-probabilities (fp32 when upcast) until backward; the fp32 copy
 ///   of the chunk's logits goes as soon as `log_softmax` has run.
 fn chunked_output_loss(
