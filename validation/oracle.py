@@ -47,6 +47,12 @@ LOOPS = ("trainer", "custom")
 # `optimizer.zero_grad(set_to_none=True)` ("none", PyTorch's default) or `set_to_none=False`
 # ("zeros": every .grad stays allocated, zeroed in place).
 ZERO_GRADS = ("none", "zeros")
+# How the loss is computed from the last hidden states (vramfit's `--loss`): "standard" is
+# the model's own (`model(input_ids, labels=...)`: the whole logits, then cross-entropy);
+# "chunked-output" is torchtune's chunked output with `CEWithChunkedOutputLoss`;
+# "chunked-output-litgpt" is LitGPT's `lm_head_chunk_size=128` with `chunked_cross_entropy`
+# (both written out in `chunked_output_loss`).
+LOSSES = ("standard", "chunked-output", "chunked-output-litgpt")
 # "none": PyTorch on the CPU as it is; "cuda": the CPU run made to allocate what CUDA would
 # (see `install_cuda_emulation`).
 EMULATIONS = ("none", "cuda")
@@ -261,6 +267,60 @@ def install_cuda_emulation(torch, transformers) -> list[str]:
     return installed + ["native_dropout", "cuda_sdpa", "no_packed_sequence_mask"]
 
 
+def chunked_output_loss(torch, model, input_ids, kind: str):
+    """A chunked-output loss as the frameworks write it, on a transformers causal LM: the
+    decoder's last hidden states, the output layer applied per slice of the sequence (the list
+    of chunks is the model's output), cross-entropy chunk by chunk. Returns (chunks, loss).
+
+    - "chunked-output": torchtune's `TransformerDecoder.chunked_output`
+      (`[self.output(chunk) for chunk in h.chunk(8, dim=1)]`) and
+      `CEWithChunkedOutputLoss` (labels shifted left with an ignored last position, chunked
+      with `labels.chunk(8, dim=1)`; per chunk `F.cross_entropy(logits.float(), labels,
+      reduction="sum")`, summed with `+=`, divided by the count of labelled tokens).
+    - "chunked-output-litgpt": LitGPT's `GPT.forward(..., lm_head_chunk_size=128)`
+      (`[self.lm_head(x_i) for x_i in x.split(128, dim=1)]`), the finetuning scripts'
+      `logits[-1] = logits[-1][..., :-1, :]`, and `chunked_cross_entropy` (per chunk
+      `F.cross_entropy(chunk.reshape(-1, V), targets, reduction="none")` in the logits' dtype,
+      then `torch.cat(losses).sum() / count`).
+    """
+    F = torch.nn.functional
+    hidden = model.base_model(input_ids=input_ids).last_hidden_state
+    # The output layer as `F.linear` on its parameters: the same op as calling the module, which
+    # MemTracker refuses to see called several times in one iteration.
+    weight, bias = model.get_output_embeddings().weight, model.get_output_embeddings().bias
+
+    def head(x):
+        return F.linear(x, weight, bias)
+
+    if kind == "chunked-output":
+        chunks = [head(chunk) for chunk in hidden.chunk(8, dim=1)]
+        del hidden
+        ignore = torch.full_like(input_ids[:, :1], -100)
+        labels = torch.hstack((input_ids[:, 1:], ignore))
+        total = (labels != -100).sum()
+        label_chunks = [t.reshape(-1) for t in labels.chunk(8, dim=1)]
+        loss = 0.0
+        for logit_chunk, label_chunk in zip(chunks, label_chunks):
+            logit_chunk = logit_chunk.reshape(-1, logit_chunk.size(-1))
+            loss += F.cross_entropy(logit_chunk.float(), label_chunk, ignore_index=-100, reduction="sum")
+        return chunks, loss / total
+    if kind == "chunked-output-litgpt":
+        chunks = [head(x_i) for x_i in hidden.split(128, dim=1)]
+        del hidden
+        chunks[-1] = chunks[-1][..., :-1, :]
+        targets = input_ids[..., 1:]
+        logit_chunks = [c.reshape(-1, c.size(-1)) for c in chunks]
+        target_chunks = [t.reshape(-1) for t in targets.split(chunks[0].size(1), dim=1)]
+        losses = [
+            F.cross_entropy(lc, tc, ignore_index=-100, reduction="none")
+            for lc, tc in zip(logit_chunks, target_chunks)
+        ]
+        del logit_chunks
+        count = (targets != -100).sum()
+        return chunks, torch.cat(losses).sum() / count.maximum(torch.ones_like(count))
+    raise ValueError(kind)
+
+
 def case_use_cache(case: dict, config_value: bool) -> bool:
     """The case's `use_cache`: true, false, or "config" (the config's own value)."""
     value = case.get("use_cache", False)
@@ -281,6 +341,8 @@ def case_id(case: dict) -> str:
         cid += f"-{case['zero_grad']}"
     if case.get("use_cache", False) is not False:
         cid += "-cache" if case["use_cache"] is True else f"-cache={case['use_cache']}"
+    if case.get("loss", "standard") != "standard":
+        cid += f"-loss={case['loss']}"
     if case.get("emulate", "none") != "none":
         cid += f"-emu{case['emulate']}"
     if case.get("task") is not None:
@@ -309,6 +371,8 @@ def validate_case(case: dict) -> None:
         raise ValueError(f"unknown loop {case['loop']!r}")
     if case.get("zero_grad", "none") not in ZERO_GRADS:
         raise ValueError(f"unknown zero_grad {case['zero_grad']!r}")
+    if case.get("loss", "standard") not in LOSSES:
+        raise ValueError(f"unknown loss {case['loss']!r}")
     if case.get("emulate", "none") not in EMULATIONS:
         raise ValueError(f"unknown emulate {case['emulate']!r}")
     if case.get("use_cache", False) not in (True, False, "config"):
@@ -412,6 +476,9 @@ def run_case(case: dict, versions: dict) -> dict:
 
     loop = case.get("loop", "trainer")
     zero_grad = case.get("zero_grad", "none")
+    loss_kind = case.get("loss", "standard")
+    if loss_kind != "standard" and model_type in MASKED_LM_TYPES:
+        raise ValueError("a chunked-output loss is a causal LM's")
     emulate = case.get("emulate", "none")
     if emulate != versions.get("emulate", "none"):
         raise RuntimeError(f"case emulates {emulate!r}; run it with --emulate {emulate}")
@@ -517,7 +584,14 @@ def run_case(case: dict, versions: dict) -> dict:
                     tracker.reset_mod_stats()
                     start_phase()
                     with autocast():
-                        if loop == "custom":
+                        if loss_kind != "standard":
+                            chunks, loss = chunked_output_loss(torch, model, input_ids, loss_kind)
+                            if loop == "custom":
+                                # The chunks are the model's output, held as `outputs` is.
+                                outputs = (chunks, loss)
+                            # Else the recipe's `del logits` after the loss.
+                            del chunks
+                        elif loop == "custom":
                             # `outputs = model(**batch)`: the previous outputs (logits, cache)
                             # live through this forward, until the assignment replaces them.
                             outputs = model(input_ids=input_ids, labels=labels)
@@ -588,6 +662,7 @@ def run_case(case: dict, versions: dict) -> dict:
         "use_cache": use_cache,
         **{k: case[k] for k in ("lora", "quantization") if case.get(k)},
         **({"task": task, "num_labels": num_labels} if case.get("task") is not None else {}),
+        **({"loss": loss_kind} if loss_kind != "standard" else {}),
         **({"config_overrides": case["config_overrides"]} if case.get("config_overrides") else {}),
         "peak_bytes": int(best["peak"]),
         "peak_phase": best["phase"],

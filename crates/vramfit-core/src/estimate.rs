@@ -358,9 +358,19 @@ pub(crate) fn peak_lower_bound(
 ) -> u64 {
     let workspaces = device.workspaces.iter().fold(0u64, |a, &w| a.saturating_add(w));
     let mut at_loss = 0u64;
-    if setup.loss == crate::setup::LossKernel::Standard {
-        let upcast = spec.loss_upcasts_logits || setup.precision.autocast();
-        let size = if upcast { 4 } else { setup.precision.compute_dtype().size() };
+    let autocast = setup.precision.autocast();
+    let dtype_size = setup.precision.compute_dtype().size();
+    let log_probs_size = match setup.loss {
+        crate::setup::LossKernel::Standard => {
+            Some(if spec.loss_upcasts_logits || autocast { 4 } else { dtype_size })
+        }
+        crate::setup::LossKernel::ChunkedOutput => Some(4),
+        crate::setup::LossKernel::ChunkedOutputLitgpt => {
+            Some(if autocast { 4 } else { dtype_size })
+        }
+        crate::setup::LossKernel::Chunked => None,
+    };
+    if let Some(size) = log_probs_size {
         let log_probs = setup
             .micro_batch
             .saturating_mul(setup.seq_len)

@@ -110,6 +110,14 @@ pub(crate) struct ParamState {
     pub(crate) shared: bool,
     /// The first contribution of a shared parameter, waiting in the input buffer.
     pub(crate) pending: Option<Tid>,
+    /// Several ops of one forward use it (a chunked-output loss's output layer, once per
+    /// chunk): as for `shared`, autograd's input buffer adds the first two contributions out
+    /// of place, later ones into the sum.
+    pub(crate) several_uses: bool,
+    /// This backward's first two contributions of a shared parameter have been summed: the
+    /// sum is contiguous and autograd's only reference, so later contributions (a
+    /// chunked-output loss applies the output layer once per chunk) are added into it.
+    pub(crate) summed: bool,
     /// The layer it belongs to (`None`: the embeddings, the head, the root of a sharded model).
     pub(crate) layer: Option<u64>,
     /// torch's first dimension (the one FSDP shards); `numel` for a vector.
@@ -175,6 +183,8 @@ impl<'o> Graph<'o> {
             matrix: None,
             shared: false,
             pending: None,
+            several_uses: false,
+            summed: false,
             layer: None,
             dim0: numel,
             grad_to_buffer: false,
@@ -213,6 +223,11 @@ impl<'o> Graph<'o> {
             self.requires_grad.resize(len, false);
         }
         self.requires_grad[i] = true;
+    }
+
+    /// Marks a parameter used by several ops of one forward (see `ParamState::several_uses`).
+    pub(crate) fn set_several_uses(&mut self, p: ParamId) {
+        self.params[p.0].several_uses = true;
     }
 
     /// Marks a parameter used twice per forward (tied embeddings).
@@ -385,6 +400,9 @@ impl<'o> Graph<'o> {
 
     /// Seeds the gradient of the loss.
     pub(crate) fn seed_grad(&mut self, t: Tid, bytes: u64) -> Result<(), Overflow> {
+        for p in &mut self.params {
+            p.summed = false;
+        }
         assert!(self.requires_grad(t), "backward of a loss that requires no gradient");
         let g = self.tl.alloc(Component::Temporaries, bytes)?;
         self.deposit(t, g);
@@ -413,7 +431,12 @@ impl<'o> Graph<'o> {
         // A shared parameter's two contributions meet in autograd's input buffer, which adds
         // them out of place (`add`, checked on real CPU tensors: the transposed `mm` gradient
         // of the output projection cannot be added into): three buffers at once, then the sum.
-        let g = if self.params[p.0].shared {
+        let g = if self.params[p.0].shared || self.params[p.0].several_uses {
+            if self.params[p.0].summed {
+                // Added into the sum in place.
+                self.tl.release(g);
+                return Ok(());
+            }
             match self.params[p.0].pending.take() {
                 None => {
                     self.params[p.0].pending = Some(g);
@@ -423,6 +446,7 @@ impl<'o> Graph<'o> {
                     let sum = self.tl.alloc(Component::Temporaries, bytes)?;
                     self.tl.release(first);
                     self.tl.release(g);
+                    self.params[p.0].summed = true;
                     sum
                 }
             }

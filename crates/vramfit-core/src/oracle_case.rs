@@ -11,8 +11,8 @@ use crate::device::Device;
 use crate::model::ModelSpec;
 use crate::parallel::{Parallel, Strategy};
 use crate::setup::{
-    Attention, Checkpointing, Optimizer, OptimizerImpl, Precision, TrainSetup, TrainingLoop,
-    ZeroGrad,
+    Attention, Checkpointing, LossKernel, Optimizer, OptimizerImpl, Precision, TrainSetup,
+    TrainingLoop, ZeroGrad,
 };
 use crate::units::DType;
 use crate::{Phase, catalog};
@@ -57,6 +57,9 @@ pub struct OracleCase {
     pub zero_grad: String,
     /// Whether the model built its KV cache (`config.use_cache` as the case set it).
     pub use_cache: bool,
+    /// The loss, when not the model's own (`chunked-output`, `chunked-output-litgpt`).
+    #[serde(default)]
+    pub loss: Option<String>,
     /// The oracle's peak.
     pub peak_bytes: u64,
     /// The phase of its peak (`forward`, `backward`, `optimizer`).
@@ -186,6 +189,10 @@ impl OracleCase {
             training_loop: self.training_loop.parse::<TrainingLoop>().map_err(err)?,
             zero_grad: self.zero_grad.parse::<ZeroGrad>().map_err(err)?,
             use_cache: Some(self.use_cache),
+            loss: match &self.loss {
+                None => LossKernel::Standard,
+                Some(l) => l.parse::<LossKernel>().map_err(err)?,
+            },
             parallel: self.parallel()?,
             lora: self.lora()?,
             quantization: self.quantization()?,
@@ -399,6 +406,7 @@ impl GpuMeasurement {
             training_loop: self.training_loop.clone(),
             zero_grad: self.zero_grad.clone(),
             use_cache: self.use_cache,
+            loss: None,
             peak_bytes: self.peak_allocated_bytes,
             peak_phase: String::new(),
             params: 0,

@@ -235,6 +235,16 @@ impl<'de> Deserialize<'de> for Checkpointing {
     }
 }
 
+/// `split(size)` of `len` items: the lengths of the pieces.
+fn slices(len: u64, size: u64) -> Vec<u64> {
+    (0..len.div_ceil(size)).map(|i| size.min(len - i * size)).collect()
+}
+
+/// torchtune's `num_output_chunks` (its `TransformerDecoder` and `CEWithChunkedOutputLoss`).
+pub const TORCHTUNE_OUTPUT_CHUNKS: u64 = 8;
+/// LitGPT's `lm_head_chunk_size` in its fine-tuning scripts.
+pub const LITGPT_LM_HEAD_CHUNK: u64 = 128;
+
 /// How the loss is computed from the last hidden states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -248,17 +258,52 @@ pub enum LossKernel {
     /// `use_liger_kernel` installs), which computes the gradients of the hidden states and
     /// of the output layer during the forward, chunk by chunk over the tokens.
     Chunked,
+    /// torchtune's `CEWithChunkedOutputLoss` with its model's chunked output
+    /// (`TransformerDecoder.chunked_output`, `num_output_chunks` 8): the output layer is
+    /// applied to each of 8 slices of the sequence (`chunk`), so every logit is still
+    /// made (as a list of chunks, which the recipe drops after the loss); each chunk is upcast
+    /// to fp32 (`.float()`) and its cross-entropy computed on its own, so only one chunk's fp32
+    /// copy exists at a time. The fp32 log-probabilities of every chunk are saved for backward.
+    #[serde(rename = "chunked-output")]
+    ChunkedOutput,
+    /// LitGPT's `chunked_cross_entropy` with `lm_head_chunk_size=128`: the output layer is
+    /// applied to 128-token slices of the sequence (`split`), and cross-entropy runs on each
+    /// chunk in the logits' own dtype (no upcast; autocast runs it in fp32).
+    #[serde(rename = "chunked-output-litgpt")]
+    ChunkedOutputLitgpt,
 }
 
 impl LossKernel {
     /// All variants.
-    pub const ALL: [LossKernel; 2] = [LossKernel::Standard, LossKernel::Chunked];
+    pub const ALL: [LossKernel; 4] = [
+        LossKernel::Standard,
+        LossKernel::Chunked,
+        LossKernel::ChunkedOutput,
+        LossKernel::ChunkedOutputLitgpt,
+    ];
 
     /// The name used on the command line and in JSON.
     pub fn name(self) -> &'static str {
         match self {
             LossKernel::Standard => "standard",
             LossKernel::Chunked => "chunked",
+            LossKernel::ChunkedOutput => "chunked-output",
+            LossKernel::ChunkedOutputLitgpt => "chunked-output-litgpt",
+        }
+    }
+
+    /// The lengths of the sequence slices the output layer is applied to, for a chunked-output
+    /// loss (`None`: the whole sequence at once, or no logits at all).
+    pub fn output_chunks(self, seq_len: u64) -> Option<Vec<u64>> {
+        match self {
+            LossKernel::Standard | LossKernel::Chunked => None,
+            // `chunk(8, dim=1)`: slices of `ceil(seq_len / 8)`, the last one shorter (and
+            // fewer than 8 of them when that rounding leaves nothing over).
+            LossKernel::ChunkedOutput => {
+                Some(slices(seq_len, seq_len.div_ceil(TORCHTUNE_OUTPUT_CHUNKS).max(1)))
+            }
+            // `split(128, dim=1)`: 128-token slices, the last one shorter.
+            LossKernel::ChunkedOutputLitgpt => Some(slices(seq_len, LITGPT_LM_HEAD_CHUNK)),
         }
     }
 
@@ -614,6 +659,7 @@ named_enum!(ZeroGrad, "zero-grad mode",
 named_enum!(LossKernel, "loss",
     "fused" => LossKernel::Chunked, "liger" => LossKernel::Chunked, "flce" => LossKernel::Chunked,
     "cce" => LossKernel::Chunked, "cross-entropy" => LossKernel::Standard,
+    "torchtune" => LossKernel::ChunkedOutput, "litgpt" => LossKernel::ChunkedOutputLitgpt,
 );
 
 #[cfg(test)]

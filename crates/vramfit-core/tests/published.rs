@@ -29,8 +29,8 @@
 //!   sequence length, a framework's own model code, an unnamed statistic): the row states a
 //!   wider `tolerance {percent, why}` and fails beyond it.
 //! - `approx`: not expressible, but everything it lacks is a mechanism whose omission leaves
-//!   the rest of the step intact (a chunked loss that still makes the logits, flex attention, a
-//!   padding mask, a partial optimizer, the KV cache under a checkpointing wrapper):
+//!   the rest of the step intact (a bf16 cross-entropy, flex attention, a padding mask, a
+//!   partial optimizer, the KV cache under a checkpointing wrapper):
 //!   estimated without it, reported, no tolerance. The error then measures what the missing
 //!   mechanism costs (plus the row's other assumptions).
 //! - `needs`: not estimated (a task head, quantisation, torch.compile, ...); listed.
@@ -77,7 +77,6 @@ const APPROXIMABLE: &[&str] = &[
     "attention:flex",
     "use-cache:under-checkpointing",
     "loss:bf16-ce",
-    "loss:chunked-ce",
     "optimizer-params:subset",
     "padding-mask",
 ];
@@ -343,12 +342,12 @@ fn needs(row: &Row, spec: Option<&ModelSpec>) -> BTreeSet<String> {
             c.parse::<Checkpointing>().unwrap_or_else(|e| panic!("{id}: checkpointing: {e}"));
         }
     }
-    // `chunked-ce` is torchtune's `CEWithChunkedOutputLoss` and LitGPT's
-    // `chunked_cross_entropy`: the model still makes every logit (in chunks), only the fp32
-    // upcast is per chunk. vramfit's chunked kernel is Liger's fused linear + cross-entropy,
-    // which never makes them (`fused-linear-ce` in a row).
+    // `chunked-output` is torchtune's `CEWithChunkedOutputLoss`, `chunked-output-litgpt`
+    // LitGPT's `chunked_cross_entropy`: the model still makes every logit (in chunks), the
+    // cross-entropy (and torchtune's fp32 upcast) is per chunk. `fused-linear-ce` is Liger's
+    // fused linear + cross-entropy, which never makes them (vramfit's `chunked`).
     match s.loss.as_deref() {
-        None | Some("ce" | "fused-linear-ce") => {}
+        None | Some("ce" | "fused-linear-ce" | "chunked-output" | "chunked-output-litgpt") => {}
         Some(l) => need(format!("loss:{l}")),
     }
     if let Some(l) = &s.training_loop {
@@ -471,8 +470,7 @@ fn parallel(row: &Row) -> Parallel {
 }
 
 /// The row's setup for one sequence length. `approximate` maps what `APPROXIMABLE` leaves out
-/// (flex attention to flash, a chunked loss that still makes the logits to the standard one;
-/// the other mechanisms simply have no setting yet).
+/// (flex attention to flash; the other mechanisms simply have no setting yet).
 fn train_setup(row: &Row, seq_len: u64, approximate: bool) -> TrainSetup {
     let s = &row.setup;
     let id = &row.id;
@@ -521,6 +519,8 @@ fn train_setup(row: &Row, seq_len: u64, approximate: bool) -> TrainSetup {
         use_cache: s.use_cache,
         loss: match s.loss.as_deref() {
             Some("fused-linear-ce") => LossKernel::Chunked,
+            Some("chunked-output") => LossKernel::ChunkedOutput,
+            Some("chunked-output-litgpt") => LossKernel::ChunkedOutputLitgpt,
             _ => LossKernel::Standard,
         },
         parallel: parallel(row),

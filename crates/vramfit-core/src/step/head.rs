@@ -1,6 +1,8 @@
 //! The output head and the loss.
 
-use super::ops::{Saves, consume, dropout, linear, linear_rows, new, norm, to, unary};
+use super::ops::{
+    Saves, base_linear_of_slice, consume, dropout, linear, linear_rows, new, norm, to, unary,
+};
 use super::parameters::Model;
 use super::{Context, Result, Tensor, mul};
 use crate::graph::{Grad, Graph};
@@ -51,6 +53,13 @@ pub(super) fn head_and_loss(
         g.drop(a.id);
         x = ln;
         owned = true;
+    }
+    if let Some(chunks) = cx.setup.loss.output_chunks(cx.setup.seq_len) {
+        let loss = chunked_output_loss(g, cx, m, x, &chunks)?;
+        if owned {
+            g.drop(x.id);
+        }
+        return Ok((loss, None));
     }
     if cx.setup.loss == LossKernel::Chunked {
         let loss = fused_linear_cross_entropy(g, cx, m, x)?;
@@ -168,6 +177,120 @@ fn first_token(g: &mut Graph, h: Tensor, numel: u64, keeps_base: bool) -> Result
     let saved: &[Tid] = if keeps_base { &[h.id] } else { &[] };
     g.record(&[view], saved, &[Grad::New(h.id, h.bytes())]);
     Ok(Tensor { id: view, dtype: h.dtype, numel })
+}
+
+/// A chunked-output loss (torchtune's `CEWithChunkedOutputLoss`, LitGPT's
+/// `chunked_cross_entropy`): the output layer applied to each slice of the sequence, the
+/// chunks kept as a list (the model's output: held by the loop like the logits), and each
+/// chunk's cross-entropy computed on its own, upcast to fp32 first where the framework does.
+///
+/// * A slice of several sequences (`[b, len, H]` with `b > 1`) is not contiguous: when the
+///   output weight trains, `matmul` folds it with a `reshape` that copies it, and the copy is
+///   what the linear saves; otherwise (one sequence, or a frozen head, which `matmul` runs as
+///   a batched product) the linear saves the slice, a view of the hidden states.
+/// * The slices' backward (`SplitBackward`, once every chunk's gradient has arrived) makes a
+///   gradient of the whole hidden states' shape: modelled as one such gradient per chunk,
+///   added up in place.
+/// * The output weight gets one gradient per chunk, summed in autograd's input buffer (the
+///   first two out of place, as for tied embeddings).
+/// * Each chunk saves its log-probabilities (fp32 when upcast) until backward; the fp32 copy
+///   of the chunk's logits goes as soon as `log_softmax` has run.
+fn chunked_output_loss(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    m: &Model,
+    x: Tensor,
+    chunks: &[u64],
+) -> Result<Tensor> {
+    let s = cx.spec;
+    let v = s.vocab_size;
+    let b = cx.setup.micro_batch;
+    let hidden = x.numel / cx.tokens.max(1);
+    let upcast = cx.setup.loss == LossKernel::ChunkedOutput || cx.autocast;
+    let folds_with_copy = b > 1 && chunks.len() > 1 && g.param(m.head).trains;
+    if chunks.len() > 1 {
+        g.set_several_uses(m.head);
+        if let Some(b) = m.head_bias {
+            g.set_several_uses(b);
+        }
+    }
+    // The model's forward: every chunk's logits, kept as a list (its output).
+    let mut logits = Vec::with_capacity(chunks.len());
+    for &len in chunks {
+        let rows = mul(b, len)?;
+        let input = if folds_with_copy {
+            let c = new(g, x.dtype, mul(rows, hidden)?)?;
+            g.record(&[c.id], &[], &[Grad::New(x.id, x.bytes())]);
+            c
+        } else {
+            Tensor { numel: mul(rows, hidden)?, ..x }
+        };
+        let x_grad = if folds_with_copy { None } else { Some(x.bytes()) };
+        let l = base_linear_of_slice(g, cx, input, rows, v, m.head, m.head_bias, x_grad)?;
+        if folds_with_copy {
+            g.drop(input.id);
+        }
+        let l = if s.final_softcap.is_some() {
+            let a = consume(g, l, |g, l| unary(g, l, l.dtype, Saves::Nothing))?;
+            let t = consume(g, a, |g, a| unary(g, a, a.dtype, Saves::Output))?;
+            consume(g, t, |g, t| unary(g, t, t.dtype, Saves::Nothing))?
+        } else {
+            l
+        };
+        logits.push((l, rows));
+    }
+    // The loss, chunk by chunk, after the model has returned: autograd's engine then runs
+    // every chunk's loss backward (each leaving its logits' gradient) before the first output
+    // layer's, as the reverse of this recording order does.
+    let litgpt = cx.setup.loss == LossKernel::ChunkedOutputLitgpt;
+    let last = logits.len().saturating_sub(1);
+    let mut losses = Vec::with_capacity(logits.len());
+    let mut held = Vec::new();
+    for (i, &(l, rows)) in logits.iter().enumerate() {
+        // LitGPT's `logits[-1] = logits[-1][..., :-1, :]`: one position fewer; with several
+        // sequences the slice is not contiguous and `reshape(-1, V)` copies it (held by the
+        // function's list of reshaped chunks until it returns).
+        let (input, rows) = if litgpt && i == last && rows > b {
+            let rows = rows - b;
+            if b > 1 {
+                let c = new(g, l.dtype, mul(rows, v)?)?;
+                g.record(&[c.id], &[], &[Grad::New(l.id, l.bytes())]);
+                held.push(c.id);
+                (c, rows)
+            } else {
+                (Tensor { numel: mul(rows, v)?, ..l }, rows)
+            }
+        } else {
+            (l, rows)
+        };
+        let loss_dt = if upcast { DType::F32 } else { input.dtype };
+        let (l32, copied) = to(g, input, loss_dt)?;
+        let logp = unary(g, l32, loss_dt, Saves::Output)?;
+        if copied {
+            g.drop(l32.id);
+        }
+        let loss = new(g, DType::F32, 1)?;
+        g.record(
+            &[loss.id],
+            &[logp.id],
+            &[Grad::New(logp.id, mul(mul(rows, v)?, loss_dt.size())?)],
+        );
+        g.drop(logp.id);
+        losses.push(loss);
+    }
+    for t in held {
+        g.drop(t);
+    }
+    // The list of chunks is the model's output.
+    g.outputs.extend(logits.iter().map(|(l, _)| l.id));
+    // `total_loss += chunk_loss` (torchtune) or `torch.cat(losses).sum()` (LitGPT): scalars.
+    let total = new(g, DType::F32, 1)?;
+    let grads: Vec<Grad> = losses.iter().map(|l| Grad::Pass(l.id)).collect();
+    g.record(&[total.id], &[], &grads);
+    for l in losses {
+        g.drop(l.id);
+    }
+    Ok(total)
 }
 
 /// Liger Kernel's fused linear cross-entropy, as `LigerFusedLinearCrossEntropyFunction`

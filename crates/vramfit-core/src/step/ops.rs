@@ -166,7 +166,31 @@ fn base_linear(
     w: ParamId,
     bias: Option<ParamId>,
 ) -> Result<Tensor> {
-    let (xc, copied) = if cx.autocast { to(g, x, cx.compute_dtype)? } else { (x, false) };
+    base_linear_of_slice(g, cx, x, rows, out_features, w, bias, None)
+}
+
+/// [`base_linear`] over `rows` rows of `x` (a chunk of the tokens). `x_grad`: the bytes of the
+/// gradient its backward hands to `x` when they differ from `x`'s own (a chunk that is a
+/// slice of a larger tensor: `SliceBackward` makes the whole input's shape, zeros around the
+/// chunk's gradient); `None`: `x`'s size.
+#[allow(clippy::too_many_arguments, reason = "a linear layer's operands, spelled out")]
+pub(super) fn base_linear_of_slice(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    x: Tensor,
+    rows: u64,
+    out_features: u64,
+    w: ParamId,
+    bias: Option<ParamId>,
+    x_grad: Option<u64>,
+) -> Result<Tensor> {
+    let (xc, copied) = if cx.autocast && x.dtype != cx.compute_dtype {
+        let y = new(g, cx.compute_dtype, x.numel)?;
+        g.record(&[y.id], &[], &[Grad::New(x.id, x_grad.unwrap_or(x.bytes()))]);
+        (y, true)
+    } else {
+        (x, false)
+    };
     let (wc, w_temp) = cast_weight(g, w)?;
     // The bias's cast copy lives in the cache only: addmm's backward needs no bias.
     let b_temp = match bias {
@@ -189,8 +213,8 @@ fn base_linear(
     }
     // The weight's gradient has the whole parameter's shape (for MoE experts, all of them).
     let w_numel = g.param(w).numel;
-    let mut grads =
-        vec![Grad::New(xc.id, xc.bytes()), Grad::ParamCast(w, mul(w_numel, odt.size())?)];
+    let xc_grad = if copied { xc.bytes() } else { x_grad.unwrap_or(xc.bytes()) };
+    let mut grads = vec![Grad::New(xc.id, xc_grad), Grad::ParamCast(w, mul(w_numel, odt.size())?)];
     if let Some(b) = bias {
         grads.push(Grad::ParamCast(b, mul(out_features, odt.size())?));
     }

@@ -164,8 +164,11 @@ pub struct SetupArgs {
     #[arg(long, value_name = "X.Y")]
     pub cuda_version: Option<String>,
 
-    /// The loss: standard (the whole logits, then cross-entropy) or chunked (a fused, chunked
-    /// linear + cross-entropy that never makes the logits: Liger Kernel's).
+    /// The loss: standard (the whole logits, then cross-entropy), chunked (a fused, chunked
+    /// linear + cross-entropy that never makes the logits: Liger Kernel's), chunked-output
+    /// (torchtune's CEWithChunkedOutputLoss: the output layer per 1/8 of the sequence, each
+    /// chunk upcast to fp32 on its own) or chunked-output-litgpt (LitGPT's
+    /// chunked_cross_entropy: 128-token chunks, no upcast).
     #[arg(long, default_value = "standard", value_name = "KIND")]
     pub loss: String,
 

@@ -36,6 +36,8 @@ pub(crate) fn setup_line(setup: &TrainSetup) -> String {
     let loss = match setup.loss {
         vramfit_core::LossKernel::Standard => "",
         vramfit_core::LossKernel::Chunked => " · chunked cross-entropy",
+        vramfit_core::LossKernel::ChunkedOutput => " · chunked-output cross-entropy (torchtune)",
+        vramfit_core::LossKernel::ChunkedOutputLitgpt => " · chunked-output cross-entropy (LitGPT)",
     };
     format!(
         "batch {} × {} tokens · {} · {}{} · {} attention · checkpointing {}{}{}{loss}{}",
