@@ -119,7 +119,8 @@ pub fn write(out: &mut dyn Write, report: &Report, with_timeline: bool) -> io::R
     });
     let estimate = report.comparison.as_ref().map(|c| EstimateJson {
         model: &c.model,
-        setup: crate::commands::estimate::json::setup_json(&c.setup),
+        setup: serde_json::to_value(crate::commands::estimate::json::setup_json(&c.setup))
+            .unwrap_or_default(),
         setup_from_probe: c.from_probe,
         predicted_peak_bytes: c.predicted_peak,
         predicted_peak_phase: c.predicted_phase,
