@@ -86,6 +86,11 @@ mod tests {
     }
 
     #[test]
+    fn measure_schema_is_generated_from_the_types() {
+        check("measure", &crate::commands::measure::json::schema());
+    }
+
+    #[test]
     fn plan_schema_is_generated_from_the_types() {
         check("plan", &crate::commands::plan::json::schema());
     }
