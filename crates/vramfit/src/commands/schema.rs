@@ -86,6 +86,18 @@ mod tests {
     }
 
     #[test]
+    fn lint_schema_is_generated_from_the_types() {
+        check(
+            "lint",
+            &super::schema_text::<vramfit_lint::render::JsonDocument<'static>>(
+                "lint",
+                vramfit_lint::render::JSON_SCHEMA_VERSION,
+                "The findings, each with Ruff's JSON field names.",
+            ),
+        );
+    }
+
+    #[test]
     fn measure_schema_is_generated_from_the_types() {
         check("measure", &crate::commands::measure::json::schema());
     }
