@@ -390,9 +390,20 @@ fn doctor_schema() {
     for output in [&all, &one, &predicted] {
         assert!(output["inputs"].is_array());
     }
+    // A size in the evidence is also a number of bytes, its phase a key of its own.
+    let evidence: Vec<&Value> = predicted["inputs"][0]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["diagnoses"].as_array().unwrap())
+        .flat_map(|d| d["evidence"].as_array().unwrap())
+        .collect();
+    let peak = evidence.iter().find(|e| e["label"] == "predicted peak").unwrap();
+    assert!(peak["bytes"].as_u64().unwrap() > 0, "{peak}");
+    assert!(peak["phase"].is_string() && !peak["value"].as_str().unwrap().is_empty(), "{peak}");
     check_schema(
         "doctor",
-        "The analyses of the inputs, one per input in the order given (an array for one input too). With --model, a log whose message says the step is short of memory has `plan`: the object `vramfit plan --format json` prints (plan.schema.json). Known gap: a diagnosis's evidence values are display strings.",
+        "The analyses of the inputs, one per input in the order given (an array for one input too). With --model, a log whose message says the step is short of memory has `plan`: the object `vramfit plan --format json` prints (plan.schema.json). Each evidence item has its value as printed and, when the value is one size, `bytes` (and `phase` when it names the step's phase).",
         &[all, one, predicted],
         &["/inputs[]/plan"],
     );
