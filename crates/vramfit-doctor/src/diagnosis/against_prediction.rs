@@ -28,7 +28,7 @@ use crate::message::OomMessage;
 use crate::remedy::{Remedy, TRAINING_CHANGES, plan_request};
 
 /// What the estimator predicts for the step, as the doctor needs it.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct Prediction {
     /// The model as named by the user.
     pub model: String,

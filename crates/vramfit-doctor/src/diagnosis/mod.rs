@@ -30,7 +30,7 @@ pub use against_prediction::Prediction;
 pub use huge_request::SizeHints;
 
 /// Stable diagnosis ids.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DiagnosisId {
     /// See [`fragmentation`].
@@ -86,7 +86,7 @@ impl DiagnosisId {
 }
 
 /// One number a diagnosis rests on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Evidence {
     /// What it is.
     pub label: String,
@@ -161,7 +161,7 @@ impl From<u64> for EvidenceValue {
 }
 
 /// An explanation of an out-of-memory error.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Diagnosis {
     /// Stable id.
     pub id: DiagnosisId,

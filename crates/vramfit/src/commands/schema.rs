@@ -81,6 +81,11 @@ mod tests {
     }
 
     #[test]
+    fn doctor_schema_is_generated_from_the_types() {
+        check("doctor", &crate::commands::doctor::schema());
+    }
+
+    #[test]
     fn estimate_schema_is_generated_from_the_types() {
         check("estimate", &crate::commands::estimate::json::schema());
     }
