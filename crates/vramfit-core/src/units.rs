@@ -11,7 +11,18 @@ pub use crate::count::parse_count;
 
 /// A number of bytes. Displays in binary units (GiB = 2^30, MiB = 2^20, KiB = 2^10).
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
 )]
 #[serde(transparent)]
 pub struct Bytes(pub u64);

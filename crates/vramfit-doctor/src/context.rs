@@ -11,7 +11,7 @@ use serde::Serialize;
 const LOOKBACK: usize = 80;
 
 /// The phase of the program a traceback points to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// An evaluation, validation or prediction loop.
@@ -23,7 +23,7 @@ pub enum Phase {
 }
 
 /// The traceback around a message.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct Context {
     /// The phase, when a frame names one.
     pub phase: Option<Phase>,

@@ -11,7 +11,9 @@ use serde::Serialize;
 use crate::bytes::Bytes;
 
 /// One thing the user can do, cheapest kinds first in declaration order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Remedy {
     /// `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`.
@@ -53,7 +55,7 @@ pub enum Remedy {
 }
 
 /// A remedy the planner can size against a memory model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PlannerKnob {
     /// Micro-batch size and accumulation steps.
@@ -69,7 +71,7 @@ pub enum PlannerKnob {
 }
 
 /// What a shortage hands to the planner: how much must go, within which capacity.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct PlanRequest {
     /// Bytes that must be saved at the failing allocation (at least).
     pub shortfall: Bytes,

@@ -9,7 +9,7 @@ use crate::diagnosis::{
 use crate::message::{OomMessage, find_messages};
 
 /// One message and what it means.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Finding {
     /// The parsed message.
     #[serde(flatten)]
@@ -21,7 +21,7 @@ pub struct Finding {
 }
 
 /// The diagnosis of a log.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Report {
     /// One finding per message, in the order of the log.
     pub messages: Vec<Finding>,

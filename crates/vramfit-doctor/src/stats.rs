@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::bytes::{Bytes, parse_size};
 
 /// Current and peak of one statistic.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Stat {
     /// Value now.
     pub current: Bytes,
@@ -19,7 +19,7 @@ pub struct Stat {
 }
 
 /// The allocator statistics the doctor uses.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct AllocatorStats {
     /// Device index, when printed.
     pub device: Option<u64>,

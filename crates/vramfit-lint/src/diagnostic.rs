@@ -40,7 +40,9 @@ impl Diagnostic {
 }
 
 /// When a fix may be applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Applicability {
     /// Keeps the program's meaning: applied by `--fix`.

@@ -21,7 +21,7 @@ pub(crate) struct Cell {
 }
 
 /// A position shown to the user.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct Position {
     /// The notebook cell (1-based), for notebooks only.
     #[serde(skip_serializing_if = "Option::is_none")]

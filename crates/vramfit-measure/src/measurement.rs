@@ -33,7 +33,7 @@ impl Sample {
 }
 
 /// The command's peak on one device.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct DevicePeak {
     /// NVML's index.
     pub index: u32,
@@ -53,7 +53,7 @@ pub struct DevicePeak {
 }
 
 /// One process's peak on one device.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct ProcessPeak {
     /// The process id.
     pub pid: u32,

@@ -22,13 +22,13 @@
 
 use serde::Serialize;
 
-use super::{Diagnosis, DiagnosisId, SizeHints};
+use super::{Diagnosis, DiagnosisId, EvidenceValue, SizeHints};
 use crate::bytes::Bytes;
 use crate::message::OomMessage;
 use crate::remedy::{Remedy, TRAINING_CHANGES, plan_request};
 
 /// What the estimator predicts for the step, as the doctor needs it.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct Prediction {
     /// The model as named by the user.
     pub model: String,
@@ -100,18 +100,25 @@ pub fn check(m: &OomMessage, p: &Prediction) -> Option<Diagnosis> {
 
     let mut d = Diagnosis::new(DiagnosisId::AgainstPrediction, String::new())
         .evidence("model", &p.model)
-        .evidence("predicted peak", format!("{} ({})", p.peak_allocated, p.peak_phase));
+        .evidence("predicted peak", EvidenceValue::in_phase(p.peak_allocated, &p.peak_phase));
     if let Some(r) = p.peak_reserved {
         d = d.evidence("predicted peak reserved", r);
     }
     if let Some(u) = p.device_used {
-        d = d.evidence("predicted device use", format!("{u} (reserved + CUDA context)"));
+        d = d.evidence(
+            "predicted device use",
+            EvidenceValue::noted(u, format!("{u} (reserved + CUDA context)")),
+        );
     }
     for (phase, peak) in &p.phases {
-        d = d.evidence(format!("predicted {phase} peak"), peak);
+        let value = EvidenceValue { phase: Some(phase.clone()), ..EvidenceValue::from(*peak) };
+        d = d.evidence(format!("predicted {phase} peak"), value);
     }
     if let Some((name, bytes)) = dominant {
-        d = d.evidence("largest at the peak", format!("{name} {bytes}"));
+        d = d.evidence(
+            "largest at the peak",
+            EvidenceValue::noted(*bytes, format!("{name} {bytes}")),
+        );
     }
     d = d
         .bytes("allocated + requested at the crash", at_failure)

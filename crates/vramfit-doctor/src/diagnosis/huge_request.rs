@@ -24,7 +24,7 @@ use crate::message::OomMessage;
 use crate::remedy::Remedy;
 
 /// What is known about the model and setup, to name a huge tensor by its size.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct SizeHints {
     /// Vocabulary size.
     pub vocab: Option<u64>,

@@ -30,7 +30,7 @@ pub use against_prediction::Prediction;
 pub use huge_request::SizeHints;
 
 /// Stable diagnosis ids.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DiagnosisId {
     /// See [`fragmentation`].
@@ -86,16 +86,82 @@ impl DiagnosisId {
 }
 
 /// One number a diagnosis rests on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Evidence {
     /// What it is.
     pub label: String,
-    /// Its value as printed.
+    /// Its value as printed, for people.
     pub value: String,
+    /// The size in bytes when the value is one size (null otherwise: a name, a count, a
+    /// share, a pair), so programs need not parse `value`.
+    pub bytes: Option<u64>,
+    /// The step's phase the size belongs to, when the value names one (`forward`, `loss`,
+    /// `backward`, `optimizer_step`); null otherwise.
+    pub phase: Option<String>,
+}
+
+/// An evidence value: its text, and the size and phase behind it when it is a size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvidenceValue {
+    pub(crate) text: String,
+    pub(crate) bytes: Option<u64>,
+    pub(crate) phase: Option<String>,
+}
+
+impl EvidenceValue {
+    /// A size with its phase, printed `14.08 GiB (backward)`.
+    fn in_phase(bytes: Bytes, phase: &str) -> EvidenceValue {
+        EvidenceValue {
+            text: format!("{bytes} ({phase})"),
+            bytes: Some(bytes.get()),
+            phase: Some(phase.to_owned()),
+        }
+    }
+
+    /// A size with a note after it, printed `6.1 GiB (reserved + CUDA context)`.
+    fn noted(bytes: Bytes, text: String) -> EvidenceValue {
+        EvidenceValue { text, bytes: Some(bytes.get()), phase: None }
+    }
+}
+
+impl From<Bytes> for EvidenceValue {
+    fn from(bytes: Bytes) -> Self {
+        EvidenceValue { text: bytes.to_string(), bytes: Some(bytes.get()), phase: None }
+    }
+}
+
+impl From<&Bytes> for EvidenceValue {
+    fn from(bytes: &Bytes) -> Self {
+        (*bytes).into()
+    }
+}
+
+impl From<String> for EvidenceValue {
+    fn from(text: String) -> Self {
+        EvidenceValue { text, bytes: None, phase: None }
+    }
+}
+
+impl From<&String> for EvidenceValue {
+    fn from(text: &String) -> Self {
+        text.clone().into()
+    }
+}
+
+impl From<&str> for EvidenceValue {
+    fn from(text: &str) -> Self {
+        text.to_owned().into()
+    }
+}
+
+impl From<u64> for EvidenceValue {
+    fn from(count: u64) -> Self {
+        count.to_string().into()
+    }
 }
 
 /// An explanation of an out-of-memory error.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Diagnosis {
     /// Stable id.
     pub id: DiagnosisId,
@@ -124,8 +190,9 @@ impl Diagnosis {
         }
     }
 
-    fn evidence(mut self, label: impl Into<String>, value: impl ToString) -> Diagnosis {
-        self.evidence.push(Evidence { label: label.into(), value: value.to_string() });
+    fn evidence(mut self, label: impl Into<String>, value: impl Into<EvidenceValue>) -> Diagnosis {
+        let EvidenceValue { text, bytes, phase } = value.into();
+        self.evidence.push(Evidence { label: label.into(), value: text, bytes, phase });
         self
     }
 

@@ -16,7 +16,7 @@ use crate::context::Context;
 use crate::scan::{Flat, Window};
 
 /// Which template a message follows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageKind {
     /// PyTorch ≤ 1.4 caching allocator: "... free; X cached)".
@@ -94,7 +94,7 @@ impl MessageKind {
 }
 
 /// The framework that printed the message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Framework {
     /// PyTorch (any backend).
@@ -114,7 +114,7 @@ pub enum Framework {
 }
 
 /// One process's use of the card, from the "Process N has X memory in use" sentences.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ProcessUse {
     /// The process id as NVML reports it (a host PID inside containers), if printed.
     pub pid: Option<u64>,
@@ -125,7 +125,7 @@ pub struct ProcessUse {
 }
 
 /// A TensorFlow tensor request: its shape and element type.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct TensorRequest {
     /// The tensor shape.
     pub shape: Vec<u64>,
@@ -134,7 +134,7 @@ pub struct TensorRequest {
 }
 
 /// One out-of-memory (or memory-related) error message, with every number it carried.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct OomMessage {
     /// The template it follows.
     pub kind: MessageKind,

@@ -64,7 +64,7 @@ impl Frame {
 }
 
 /// Totals of one group of live blocks.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct AllocationGroup {
     /// The frame that made them (first frame outside PyTorch and libraries).
     pub frame: String,
@@ -75,7 +75,7 @@ pub struct AllocationGroup {
 }
 
 /// One point of the timeline.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, schemars::JsonSchema)]
 pub struct TimePoint {
     /// Microseconds since the first event.
     pub time_us: i64,
@@ -86,7 +86,7 @@ pub struct TimePoint {
 }
 
 /// The allocation that failed when the snapshot was taken at an out-of-memory error.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct FailedAllocation {
     /// Size requested (rounded as the allocator does).
     pub size: Bytes,
@@ -99,7 +99,7 @@ pub struct FailedAllocation {
 }
 
 /// Everything the doctor reads from a snapshot.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct SnapshotReport {
     /// Number of segments.
     pub segments: u64,

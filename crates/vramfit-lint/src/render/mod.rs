@@ -17,7 +17,7 @@ use crate::pyast::TextSize;
 use crate::source::{Position, SourceText};
 
 pub use github::write_github;
-pub use json::write_json;
+pub use json::{JsonDocument, SCHEMA_VERSION as JSON_SCHEMA_VERSION, write_json};
 pub use sarif::write_sarif;
 pub use text::{write_summary, write_text};
 

@@ -74,28 +74,39 @@ enum Format {
 }
 
 /// What one input turned out to be.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Analysis {
+    /// An out-of-memory message or a log holding messages.
     Log {
+        /// The input, as given.
         input: String,
         #[serde(flatten)]
         report: Report,
         /// With `--model`, when a message says the step is short of memory: the plans for
         /// this run, as `vramfit plan --format json` gives them.
         #[serde(skip_serializing_if = "Option::is_none")]
+        #[schemars(with = "Option<crate::commands::plan::json::PlanJson>")]
         plan: Option<Box<PlanJson>>,
     },
+    /// `memory_summary()` text or `memory_stats()` JSON.
     Stats {
+        /// The input, as given.
         input: String,
+        /// Which of the two it was.
         source: &'static str,
+        /// The allocator's statistics read.
         stats: AllocatorStats,
+        /// The diagnoses.
         diagnoses: Vec<Diagnosis>,
     },
+    /// A memory snapshot pickle (`torch.cuda.memory._snapshot()`).
     Snapshot {
+        /// The input, as given.
         input: String,
         #[serde(flatten)]
         report: SnapshotReport,
+        /// The diagnoses.
         diagnoses: Vec<Diagnosis>,
     },
 }
@@ -113,13 +124,27 @@ impl Serialize for PlanJson {
     }
 }
 
-/// `--format json`: one shape for one input or many (`docs/schema/doctor.schema.json`).
-#[derive(Serialize)]
-struct DoctorJson<'a> {
-    /// Bumped when a key changes meaning or disappears; new keys do not bump it.
+/// Bumped when a key changes meaning or disappears; new keys do not bump it.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// `vramfit doctor --format json`: one shape for one input or many. Its schema,
+/// `docs/schema/doctor.schema.json`, is generated from these types (`commands::schema`).
+#[derive(Serialize, schemars::JsonSchema)]
+pub struct DoctorJson<'a> {
+    /// The version of this schema.
     schema_version: u32,
     /// One analysis per input, in the order given.
     inputs: &'a [Analysis],
+}
+
+/// The schema of [`DoctorJson`], as `docs/schema/doctor.schema.json` holds it.
+#[cfg(test)]
+pub fn schema() -> String {
+    super::schema::schema_text::<DoctorJson<'static>>(
+        "doctor",
+        SCHEMA_VERSION,
+        "The analyses of the inputs, one per input in the order given (an array for one input too). With --model, a log whose message says the step is short of memory has `plan`: the object `vramfit plan --format json` prints (plan.schema.json). Each evidence item has its value as printed and, when the value is one size, `bytes` (and `phase` when it names the step's phase).",
+    )
 }
 
 /// Runs `vramfit doctor`.
@@ -256,7 +281,7 @@ fn gpu_capacity(setup: &SetupArgs) -> Result<Option<Bytes>, Failure> {
 
 /// What `--format json` prints: one object for one input, an array for several.
 pub fn write_json(out: &mut impl Write, analyses: &[Analysis]) -> io::Result<()> {
-    json::write(out, &DoctorJson { schema_version: 1, inputs: analyses })
+    json::write(out, &DoctorJson { schema_version: SCHEMA_VERSION, inputs: analyses })
 }
 
 /// Diagnoses text held in memory (a pasted message, log, `memory_summary()` or

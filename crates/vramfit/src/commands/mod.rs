@@ -7,4 +7,5 @@ pub mod estimate;
 pub mod lint;
 pub mod measure;
 pub mod plan;
+pub mod schema;
 pub mod serve;

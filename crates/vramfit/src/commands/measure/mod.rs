@@ -7,7 +7,7 @@
 
 mod compare;
 mod csv;
-mod json;
+pub(crate) mod json;
 mod live;
 mod report;
 mod svg;
