@@ -55,6 +55,9 @@ pub struct SetupJson {
     /// LoRA adapters; absent when every parameter is trained.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lora: Option<LoraJson>,
+    /// A bitsandbytes-quantised base (`--quantization`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quantization: Option<QuantizationJson>,
     /// What the loop keeps of the model's output: trainer or custom.
     pub training_loop: String,
     /// How `zero_grad()` clears the gradients.
@@ -66,6 +69,20 @@ pub struct SetupJson {
     pub loss: Option<String>,
     /// The GPUs and how the ranks share the model (one GPU included).
     pub parallel: ParallelJson,
+}
+
+/// A base quantised by bitsandbytes (`BitsAndBytesConfig`).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct QuantizationJson {
+    /// `--quantization`: nf4, fp4 or int8.
+    pub kind: String,
+    /// `--double-quant`.
+    pub double_quant: bool,
+    /// `--compute-dtype` (fp32, bf16, fp16).
+    pub compute_dtype: String,
+    /// `--quant-skip-modules`; absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skip_modules: Vec<String>,
 }
 
 /// Frozen parts (`--freeze`).
@@ -90,6 +107,9 @@ pub struct LoraJson {
     pub dropout: bool,
     /// `modules_to_save`.
     pub modules_to_save: Vec<String>,
+    /// `use_dora`; absent when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub use_dora: bool,
 }
 
 /// Which linear layers get an adapter: `"peft-default"`, `"all-linear"` or
@@ -213,6 +233,13 @@ pub fn setup_json(setup: &TrainSetup) -> SetupJson {
             },
             dropout: l.dropout,
             modules_to_save: l.modules_to_save.clone(),
+            use_dora: l.use_dora,
+        }),
+        quantization: setup.quantization.as_ref().map(|q| QuantizationJson {
+            kind: q.kind.name().into(),
+            double_quant: q.double_quant,
+            compute_dtype: dtype_name(q.compute_dtype).into(),
+            skip_modules: q.skip_modules.clone(),
         }),
         training_loop: setup.training_loop.name().into(),
         zero_grad: setup.zero_grad.name().into(),
@@ -579,6 +606,7 @@ mod tests {
                 targets: LoraTargets::Modules(vec!["q_proj".into(), "v_proj".into()]),
                 dropout: true,
                 modules_to_save: vec!["lm_head".into()],
+                use_dora: true,
             }),
             freeze: Freeze { embeddings: true, first_layers: 2 },
             loss: LossKernel::Chunked,
@@ -598,6 +626,13 @@ mod tests {
                 targets: LoraTargets::AllLinear,
                 dropout: false,
                 modules_to_save: Vec::new(),
+                use_dora: false,
+            }),
+            quantization: Some(vramfit_core::Quantization {
+                kind: vramfit_core::QuantType::Nf4,
+                double_quant: true,
+                compute_dtype: DType::Bf16,
+                skip_modules: vec!["score".into()],
             }),
             ..TrainSetup::default()
         };
@@ -609,6 +644,10 @@ mod tests {
                 serde_json::json!(setup.optimizer_state_dtype.map(dtype_name)),
             );
             obj.insert("parallel".into(), serde_json::to_value(setup.parallel).unwrap());
+            if let Some(q) = &setup.quantization {
+                obj["quantization"]["compute_dtype"] =
+                    serde_json::json!(dtype_name(q.compute_dtype));
+            }
             assert_eq!(serde_json::to_value(setup_json(&setup)).unwrap(), core);
         }
     }
