@@ -9,6 +9,18 @@ pub fn vramfit() -> Command {
     cmd
 }
 
+/// `vramfit estimate ARGS --format json`, parsed; the command must give a verdict (exit 0 or
+/// 1), not an error.
+pub fn estimate_json(args: &[&str]) -> serde_json::Value {
+    let output = vramfit().arg("estimate").args(args).args(["--format", "json"]).output().unwrap();
+    assert!(
+        matches!(output.status.code(), Some(0 | 1)),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("valid JSON")
+}
+
 #[test]
 fn unknown_subcommand_is_a_usage_error() {
     let output = vramfit().arg("frobnicate").output().unwrap();

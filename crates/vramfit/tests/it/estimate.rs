@@ -5,17 +5,7 @@ use std::path::Path;
 use insta_cmd::assert_cmd_snapshot;
 use serde_json::Value;
 
-use crate::cli::vramfit;
-
-fn json(args: &[&str]) -> Value {
-    let output = vramfit().arg("estimate").args(args).args(["--format", "json"]).output().unwrap();
-    assert!(
-        output.status.code() == Some(0) || output.status.code() == Some(1),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("valid JSON")
-}
+use crate::cli::{estimate_json as json, vramfit};
 
 fn gib(bytes: &Value) -> String {
     format!("{:.2}", bytes.as_u64().unwrap() as f64 / (1u64 << 30) as f64)

@@ -2,19 +2,8 @@
 //! offload's host memory, and the combinations that cannot run.
 
 use insta_cmd::assert_cmd_snapshot;
-use serde_json::Value;
 
-use crate::cli::vramfit;
-
-fn json(args: &[&str]) -> Value {
-    let output = vramfit().arg("estimate").args(args).args(["--format", "json"]).output().unwrap();
-    assert!(
-        matches!(output.status.code(), Some(0 | 1)),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("valid JSON")
-}
+use crate::cli::{estimate_json as json, vramfit};
 
 /// "On 8×A100 with ZeRO-3?": Llama-3.1-70B, full fine-tuning, 4 nodes of 8.
 #[test]

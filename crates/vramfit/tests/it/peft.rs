@@ -3,17 +3,7 @@
 use insta_cmd::assert_cmd_snapshot;
 use serde_json::Value;
 
-use crate::cli::vramfit;
-
-fn json(args: &[&str]) -> Value {
-    let output = vramfit().arg("estimate").args(args).args(["--format", "json"]).output().unwrap();
-    assert!(
-        matches!(output.status.code(), Some(0 | 1)),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("valid JSON")
-}
+use crate::cli::{estimate_json as json, vramfit};
 
 /// "Can I fine-tune Llama-3.1-8B on one 24 GB card with LoRA?": adapters on every linear, a
 /// pure-bf16 base, checkpointing.
