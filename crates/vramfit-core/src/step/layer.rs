@@ -3,7 +3,8 @@
 
 use super::attention::attention_core;
 use super::ops::{
-    Saves, activation, add, consume, dropout, linear, mul2, new, norm, rotary, to, unary,
+    Saves, activation, add, consume, dropout, linear, mul2, new, norm, rotary, to, to_replacing,
+    unary,
 };
 use super::{Context, LayerParams, Model, Result, Tensor, mul};
 use crate::graph::{Grad, Graph, ParamId};
@@ -243,10 +244,7 @@ pub(super) fn moe(g: &mut Graph, cx: &Context<'_>, lp: &LayerParams, x: Tensor) 
     g.drop(p.id);
     let wd = consume(g, d, |g, d| mul2(g, d, Tensor { numel: rows, ..weights }))?;
     g.drop(weights.id);
-    let (wc, copied) = to(g, wd, x.dtype)?;
-    if copied {
-        g.drop(wd.id);
-    }
+    let wc = to_replacing(g, wd, x.dtype)?;
     // index_add_ into `out` (in place); its gradient is gathered back per row.
     g.record(&[out.id], &[], &[Grad::New(wc.id, wc.bytes())]);
     g.drop(wc.id);

@@ -22,6 +22,16 @@ pub(super) fn to(g: &mut Graph, x: Tensor, dtype: DType) -> Result<(Tensor, bool
     Ok((y, true))
 }
 
+/// `x = x.to(dtype)`: the cast, with `x` freed when it was copied (the result is `x` itself
+/// when it already has the dtype).
+pub(super) fn to_replacing(g: &mut Graph, x: Tensor, dtype: DType) -> Result<Tensor> {
+    let (y, copied) = to(g, x, dtype)?;
+    if copied {
+        g.drop(x.id);
+    }
+    Ok(y)
+}
+
 /// `F.linear` (or GPT-2's `Conv1D`, an `addmm`): under autocast the input is cast (a copy per
 /// call) and the weight comes from the cast cache; the node saves both. A weight that carries
 /// a LoRA adapter adds the adapter's path to the output.
@@ -109,10 +119,7 @@ fn linear_4bit(
     if copied {
         g.drop(xc.id);
     }
-    let (out, cast) = to(g, y, x.dtype)?;
-    if cast {
-        g.drop(y.id);
-    }
+    let out = to_replacing(g, y, x.dtype)?;
     Ok(out)
 }
 
@@ -263,10 +270,7 @@ fn lora(
     let sum = add(g, result, scaled)?;
     g.drop(scaled.id);
     g.drop(result.id);
-    let (y, copied) = to(g, sum, result.dtype)?;
-    if copied {
-        g.drop(sum.id);
-    }
+    let y = to_replacing(g, sum, result.dtype)?;
     Ok(y)
 }
 
@@ -385,10 +389,7 @@ fn dora(
     for t in held {
         g.drop(t);
     }
-    let (y, copied) = to(g, sum, result.dtype)?;
-    if copied {
-        g.drop(sum.id);
-    }
+    let y = to_replacing(g, sum, result.dtype)?;
     Ok(y)
 }
 
@@ -553,17 +554,10 @@ pub(super) fn norm(
                 let saved: &[Tid] = if trains(g, w) { &[hn.id] } else { &[] };
                 g.record(&[y.id], saved, &grads);
                 g.drop(hn.id);
-                let (yc, copied) = to(g, y, x.dtype)?;
-                if copied {
-                    g.drop(y.id);
-                }
-                yc
+                to_replacing(g, y, x.dtype)?
             } else {
                 // weight * h.to(input_dtype)
-                let (hc, copied) = to(g, hn, x.dtype)?;
-                if copied {
-                    g.drop(hn.id);
-                }
+                let hc = to_replacing(g, hn, x.dtype)?;
                 let odt = promote(cx.param_dtype, hc.dtype);
                 let y = new(g, odt, hc.numel)?;
                 let mut grads = vec![Grad::New(hc.id, hc.bytes())];
