@@ -9,6 +9,22 @@ pub fn vramfit() -> Command {
     cmd
 }
 
+/// `vramfit estimate ARGS` on bad input: exit 2, nothing on stdout, one `error:` line and one
+/// `hint:` line on stderr, no panic. Returns that stderr for a transcript.
+pub fn estimate_error<S: AsRef<std::ffi::OsStr>>(what: &str, args: &[S]) -> String {
+    let output = vramfit().arg("estimate").args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "{what}: {stderr}");
+    assert!(output.stdout.is_empty(), "{what}: printed to stdout");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(
+        lines.len() == 2 && lines[0].starts_with("error: ") && lines[1].starts_with("hint: "),
+        "{what}: {stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+    stderr
+}
+
 /// `vramfit estimate ARGS --format json`, parsed; the command must give a verdict (exit 0 or
 /// 1), not an error.
 pub fn estimate_json(args: &[&str]) -> serde_json::Value {

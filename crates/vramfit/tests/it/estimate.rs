@@ -5,7 +5,7 @@ use std::path::Path;
 use insta_cmd::assert_cmd_snapshot;
 use serde_json::Value;
 
-use crate::cli::{estimate_json as json, vramfit};
+use crate::cli::{estimate_error, estimate_json as json, vramfit};
 
 fn gib(bytes: &Value) -> String {
     format!("{:.2}", bytes.as_u64().unwrap() as f64 / (1u64 << 30) as f64)
@@ -276,17 +276,7 @@ fn bad_input_is_one_error_line_a_hint_and_exit_2() {
     ];
     let mut transcript = String::new();
     for (what, args) in cases {
-        let output = vramfit().arg("estimate").args(&args).output().unwrap();
-        let stderr =
-            String::from_utf8_lossy(&output.stderr).replace(tmp.path().to_str().unwrap(), "[TMP]");
-        assert_eq!(output.status.code(), Some(2), "{what}: {stderr}");
-        assert!(output.stdout.is_empty(), "{what}: printed to stdout");
-        let lines: Vec<&str> = stderr.lines().collect();
-        assert!(
-            lines.len() == 2 && lines[0].starts_with("error: ") && lines[1].starts_with("hint: "),
-            "{what}: {stderr}"
-        );
-        assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+        let stderr = estimate_error(what, &args).replace(tmp.path().to_str().unwrap(), "[TMP]");
         transcript.push_str(&format!("# {what}\n{stderr}"));
     }
     insta::assert_snapshot!(transcript);

@@ -3,7 +3,7 @@
 use insta_cmd::assert_cmd_snapshot;
 use serde_json::Value;
 
-use crate::cli::{estimate_json as json, vramfit};
+use crate::cli::{estimate_error, estimate_json as json, vramfit};
 
 /// "Can I fine-tune Llama-3.1-8B on one 24 GB card with LoRA?": adapters on every linear, a
 /// pure-bf16 base, checkpointing.
@@ -103,15 +103,7 @@ fn bad_lora_and_freeze_input_is_one_error_line_a_hint_and_exit_2() {
     ];
     let mut transcript = String::new();
     for (what, args) in cases {
-        let output = vramfit().arg("estimate").args(*args).output().unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{what}: {stderr}");
-        assert!(output.stdout.is_empty(), "{what}: printed to stdout");
-        let lines: Vec<&str> = stderr.lines().collect();
-        assert!(
-            lines.len() == 2 && lines[0].starts_with("error: ") && lines[1].starts_with("hint: "),
-            "{what}: {stderr}"
-        );
+        let stderr = estimate_error(what, args);
         transcript.push_str(&format!("# {what}\n{stderr}"));
     }
     insta::assert_snapshot!(transcript);
@@ -160,15 +152,7 @@ fn bad_quantization_input_is_one_error_line_a_hint_and_exit_2() {
     ];
     let mut transcript = String::new();
     for (what, args) in &cases {
-        let output = vramfit().arg("estimate").args(args).output().unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{what}: {stderr}");
-        assert!(output.stdout.is_empty(), "{what}: printed to stdout");
-        let lines: Vec<&str> = stderr.lines().collect();
-        assert!(
-            lines.len() == 2 && lines[0].starts_with("error: ") && lines[1].starts_with("hint: "),
-            "{what}: {stderr}"
-        );
+        let stderr = estimate_error(what, args);
         transcript.push_str(&format!("# {what}\n{stderr}"));
     }
     insta::assert_snapshot!(transcript);
