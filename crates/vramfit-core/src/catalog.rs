@@ -28,17 +28,30 @@ static MODELS: &[(&str, &str)] = &[
     ("olmo-2-13b", include_str!("../data/models/olmo-2-13b.json")),
     ("olmo-2-7b", include_str!("../data/models/olmo-2-7b.json")),
     ("phi-3-mini", include_str!("../data/models/phi-3-mini.json")),
+    ("pythia-1.4b", include_str!("../data/models/pythia-1.4b.json")),
+    ("pythia-12b", include_str!("../data/models/pythia-12b.json")),
     ("pythia-160m", include_str!("../data/models/pythia-160m.json")),
     ("pythia-1b", include_str!("../data/models/pythia-1b.json")),
+    ("pythia-2.8b", include_str!("../data/models/pythia-2.8b.json")),
+    ("pythia-410m", include_str!("../data/models/pythia-410m.json")),
     ("pythia-6.9b", include_str!("../data/models/pythia-6.9b.json")),
     ("qwen2-0.5b", include_str!("../data/models/qwen2-0.5b.json")),
     ("qwen2.5-0.5b", include_str!("../data/models/qwen2.5-0.5b.json")),
     ("qwen2.5-1.5b", include_str!("../data/models/qwen2.5-1.5b.json")),
+    ("qwen2.5-14b", include_str!("../data/models/qwen2.5-14b.json")),
+    ("qwen2.5-32b", include_str!("../data/models/qwen2.5-32b.json")),
+    ("qwen2.5-3b", include_str!("../data/models/qwen2.5-3b.json")),
+    ("qwen2.5-72b", include_str!("../data/models/qwen2.5-72b.json")),
     ("qwen2.5-7b", include_str!("../data/models/qwen2.5-7b.json")),
     ("qwen3-0.6b", include_str!("../data/models/qwen3-0.6b.json")),
+    ("qwen3-14b", include_str!("../data/models/qwen3-14b.json")),
+    ("qwen3-32b", include_str!("../data/models/qwen3-32b.json")),
     ("qwen3-8b", include_str!("../data/models/qwen3-8b.json")),
     ("roberta-base", include_str!("../data/models/roberta-base.json")),
     ("roberta-large", include_str!("../data/models/roberta-large.json")),
+    ("smollm2-1.7b", include_str!("../data/models/smollm2-1.7b.json")),
+    ("smollm2-135m", include_str!("../data/models/smollm2-135m.json")),
+    ("tinyllama-1.1b", include_str!("../data/models/tinyllama-1.1b.json")),
 ];
 
 /// Every catalog name, sorted.
@@ -105,7 +118,7 @@ mod tests {
             files,
             "catalog.rs MODELS must list exactly the files in data/models, sorted"
         );
-        assert!(names().len() >= 25, "the catalog promises at least 25 models");
+        assert!(names().len() >= 45, "the catalog promises at least 45 models");
     }
 
     #[test]
