@@ -267,6 +267,55 @@ def install_cuda_emulation(torch, transformers) -> list[str]:
     return installed + ["native_dropout", "cuda_sdpa", "no_packed_sequence_mask"]
 
 
+def leaf_gradient_sum(torch, func, args, kwargs, sums: dict) -> bool | None:
+    """Real autograd's in-place sum of a weight's later gradient contributions, which fake
+    tensors cannot show.
+
+    Autograd sums the gradients of a weight used several times (a chunked-output loss applies
+    the output layer once per chunk; tied embeddings add one use) in the input buffer of its
+    `AccumulateGrad` (`torch/csrc/autograd/input_buffer.cpp`, `accumulate`): out of place,
+    `old + new`, unless a summand is a plain tensor the buffer alone holds, which is then
+    added into. The mm gradients arrive as `t()` views, so the first two contributions are
+    summed out of place; the sum is the buffer's own tensor and later contributions go into
+    it. A tensor subclass (`FakeTensor`) or a Python dispatch mode (MemTracker) makes every sum
+    out of place: one more weight-sized buffer per contribution. `accumulation_check.py` shows
+    both on real CPU tensors.
+
+    Whether this op is such a sum, `aten.add.Tensor(old, new)` of two tensors of a parameter's
+    shape, run for a backward node whose gradient goes to that parameter's `AccumulateGrad`:
+    None if not; True if `old` is an earlier such sum (`sums`: id → weakref), which real
+    autograd adds into (the caller runs `add_` and returns `old`); False for a first sum (the
+    caller remembers its output with `remember_sum`).
+    """
+    if func is not torch.ops.aten.add.Tensor or kwargs or len(args) != 2:
+        return None
+    old, new = args
+    if not (isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor)):
+        return None
+    if old.shape != new.shape or old.dtype != new.dtype:
+        return None
+    node = torch._C._current_autograd_node()
+    if node is None:
+        return None
+    to_leaf = any(
+        nxt is not None and hasattr(nxt, "variable") and nxt.variable.shape == old.shape
+        for nxt, _ in node.next_functions
+    )
+    if not to_leaf:
+        return None
+    ref = sums.get(id(old))
+    return ref is not None and ref() is old
+
+
+def remember_sum(sums: dict, out) -> None:
+    """Remembers a first out-of-place sum of a weight's gradients (see `leaf_gradient_sum`)."""
+    import weakref
+
+    for k in [k for k, r in sums.items() if r() is None]:
+        del sums[k]
+    sums[id(out)] = weakref.ref(out)
+
+
 def chunked_output_loss(torch, model, input_ids, kind: str):
     """A chunked-output loss as the frameworks write it, on a transformers causal LM: the
     decoder's last hidden states, the output layer applied per slice of the sequence (the list
@@ -425,6 +474,9 @@ def run_case(case: dict, versions: dict) -> dict:
             super().__init__()
             self.kernels: dict[str, int] = {}
             self.scalar_reads = 0
+            # Weights' gradient sums, added into as real autograd does (`leaf_gradient_sum`).
+            self.leaf_sums: dict = {}
+            self.leaf_sums_in_place = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if func is torch.ops.aten._local_scalar_dense.default:
@@ -439,7 +491,15 @@ def run_case(case: dict, versions: dict) -> dict:
             name = func.__name__
             if any(k in name for k in ("attention", "softmax", "nll_loss", "dropout")):
                 self.kernels[name] = self.kernels.get(name, 0) + 1
-            return super().__torch_dispatch__(func, types, args, kwargs)
+            in_place = leaf_gradient_sum(torch, func, args, kwargs, self.leaf_sums)
+            if in_place:
+                super().__torch_dispatch__(torch.ops.aten.add_.Tensor, types, args, kwargs)
+                self.leaf_sums_in_place += 1
+                return args[0]
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            if in_place is False:
+                remember_sum(self.leaf_sums, out)
+            return out
 
         def _update_peak_stats(self, peak_state) -> None:
             # Same global-peak rule as MemTracker, without the per-module peak
@@ -636,6 +696,8 @@ def run_case(case: dict, versions: dict) -> dict:
         notes.append(f"experts_implementation={experts_impl}")
     if tracker.scalar_reads:
         notes.append(f"item_calls_answered_1={tracker.scalar_reads}")
+    if tracker.leaf_sums_in_place:
+        notes.append(f"weight_gradient_sums_in_place={tracker.leaf_sums_in_place}")
     if peft_note:
         notes.append(peft_note)
     if case.get("note"):

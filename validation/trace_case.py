@@ -42,6 +42,7 @@ def trace(case: dict, phase_filter: str | None) -> dict:
     peaks: dict[str, tuple[int, int]] = {}  # key -> (total, event index)
 
     frozen_mark = ("frozen",)
+    leaf_sums: dict = {}
 
     class Tracer(mt.MemTracker):
         def _track_module_params_and_buffers(self, module, install_grad_hooks=True):
@@ -67,7 +68,15 @@ def trace(case: dict, phase_filter: str | None) -> dict:
             prev = state["op"]
             state["op"] = func.__name__
             try:
-                return super().__torch_dispatch__(func, types, args, kwargs)
+                # As oracle.py: a weight's later gradient contributions go into the sum.
+                in_place = oracle.leaf_gradient_sum(torch, func, args, kwargs, leaf_sums)
+                if in_place:
+                    super().__torch_dispatch__(torch.ops.aten.add_.Tensor, types, args, kwargs)
+                    return args[0]
+                out = super().__torch_dispatch__(func, types, args, kwargs)
+                if in_place is False:
+                    oracle.remember_sum(leaf_sums, out)
+                return out
             finally:
                 state["op"] = prev
 
@@ -111,6 +120,7 @@ def trace(case: dict, phase_filter: str | None) -> dict:
     accum = int(case.get("grad_accum", 1))
     loop = case.get("loop", "trainer")
     zero_grad = case.get("zero_grad", "none")
+    loss_kind = case.get("loss", "standard")
     torch.manual_seed(0)
     config = transformers.AutoConfig.for_model(**cfg_dict)
     config.use_cache = oracle.case_use_cache(case, getattr(config, "use_cache", False))
@@ -153,7 +163,12 @@ def trace(case: dict, phase_filter: str | None) -> dict:
                     tracker.reset_mod_stats()
                     state["phase"] = "forward"
                     with autocast():
-                        if loop == "custom":
+                        if loss_kind != "standard":
+                            chunks, loss = oracle.chunked_output_loss(torch, model, input_ids, loss_kind)
+                            if loop == "custom":
+                                outputs = (chunks, loss)
+                            del chunks
+                        elif loop == "custom":
                             outputs = model(input_ids=input_ids, labels=input_ids)
                             loss = outputs.loss
                         else:

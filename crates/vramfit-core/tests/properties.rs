@@ -63,15 +63,19 @@ proptest! {
         prop_assert!(peak(&s, &(bigger, device)) >= peak(&s, &(setup, device)));
     }
 
-    /// Not yet for the chunked-output losses (torchtune's, LitGPT's): where the output layer's
-    /// gradients set the peak (tied embeddings, no optimizer state, short sequences) they
-    /// under-predict the oracle by up to 7 % (validation/results-chunked-pending.jsonl), and
-    /// the peak then drops where a second chunk appears. A known bug, not a property of
-    /// PyTorch: the oracle's peaks there grow with the sequence.
+    /// Not for the chunked-output losses (torchtune's, LitGPT's) on tied embeddings, where
+    /// PyTorch's own peak can drop: the output weight's first two gradient contributions are
+    /// summed out of place (three weight-sized buffers at once), and one more chunk moves that
+    /// sum from the end of backward, where every other gradient exists, to its start. The
+    /// oracle shows it: Llama-3.2-1B cut to 2 layers, fp32, SGD, LitGPT's loss, 5,241,521,416 B
+    /// at 128 tokens (one chunk) and 4,952,866,056 B at 256 (two), both matched by vramfit.
     #[test]
     fn memory_is_monotone_in_sequence_length(m in 0usize..7, (setup, device) in setup_strategy()) {
-        prop_assume!(!matches!(setup.loss, LossKernel::ChunkedOutput | LossKernel::ChunkedOutputLitgpt));
         let s = spec(m);
+        prop_assume!(
+            !(s.tied_embeddings
+                && matches!(setup.loss, LossKernel::ChunkedOutput | LossKernel::ChunkedOutputLitgpt))
+        );
         let longer = TrainSetup { seq_len: setup.seq_len + 64, ..setup.clone() };
         prop_assert!(peak(&s, &(longer, device)) >= peak(&s, &(setup, device)));
     }

@@ -192,7 +192,10 @@ fn first_token(g: &mut Graph, h: Tensor, numel: u64, keeps_base: bool) -> Result
 ///   gradient of the whole hidden states' shape: modelled as one such gradient per chunk,
 ///   added up in place.
 /// * The output weight gets one gradient per chunk, summed in autograd's input buffer (the
-///   first two out of place, as for tied embeddings).
+///   first two out of place, as for tied embeddings; later ones into the sum, which autograd
+///   alone holds).
+/// * LitGPT drops the last position (`logits[-1][..., :-1, :]`): a last chunk of one position
+///   is then empty and gets no gradient, so it adds nothing to the output weight's.
 /// * Each chunk saves its log-probabilities (fp32 when upcast) until backward; the fp32 copy
 ///   of the chunk's logits goes as soon as `log_softmax` has run.
 fn chunked_output_loss(
@@ -208,7 +211,12 @@ fn chunked_output_loss(
     let hidden = x.numel / cx.tokens.max(1);
     let upcast = cx.setup.loss == LossKernel::ChunkedOutput || cx.autocast;
     let folds_with_copy = b > 1 && chunks.len() > 1 && g.param(m.head).trains;
-    if chunks.len() > 1 {
+    let litgpt = cx.setup.loss == LossKernel::ChunkedOutputLitgpt;
+    // LitGPT's last chunk of one position is emptied by its slice and reaches no gradient
+    // (below): the output layer then gets one contribution fewer.
+    let empty_last = litgpt && chunks.len() > 1 && chunks.last() == Some(&1);
+    let contributions = chunks.len() - usize::from(empty_last);
+    if contributions > 1 {
         g.set_several_uses(m.head);
         if let Some(b) = m.head_bias {
             g.set_several_uses(b);
@@ -242,14 +250,21 @@ fn chunked_output_loss(
     // The loss, chunk by chunk, after the model has returned: autograd's engine then runs
     // every chunk's loss backward (each leaving its logits' gradient) before the first output
     // layer's, as the reverse of this recording order does.
-    let litgpt = cx.setup.loss == LossKernel::ChunkedOutputLitgpt;
     let last = logits.len().saturating_sub(1);
     let mut losses = Vec::with_capacity(logits.len());
     let mut held = Vec::new();
     for (i, &(l, rows)) in logits.iter().enumerate() {
-        // LitGPT's `logits[-1] = logits[-1][..., :-1, :]`: one position fewer; with several
-        // sequences the slice is not contiguous and `reshape(-1, V)` copies it (held by the
-        // function's list of reshaped chunks until it returns).
+        // LitGPT's `logits[-1] = logits[-1][..., :-1, :]`: one position fewer. A last chunk of
+        // one position (`seq_len % 128 == 1`) is left empty: its cross-entropy allocates
+        // nothing and `torch.cat` skips its empty loss, so backward never reaches the chunk
+        // (no gradient of its logits, no contribution to the output layer's weight; checked
+        // on real CPU tensors). With one chunk only (a one-token sequence, nothing to predict)
+        // the chunk is kept, so that the step has a backward.
+        if empty_last && i == last {
+            continue;
+        }
+        // With several sequences the slice is not contiguous and `reshape(-1, V)` copies it
+        // (held by the function's list of reshaped chunks until it returns).
         let (input, rows) = if litgpt && i == last && rows > b {
             let rows = rows - b;
             if b > 1 {

@@ -883,6 +883,41 @@ mod tests {
         }
     }
 
+    /// LitGPT's last chunk of one position (129 tokens: chunks of 128 and 1) is emptied by
+    /// `logits[-1][..., :-1, :]`: backward never reaches it, the output layer's gradient comes
+    /// from the other chunk alone and still reaches `.grad`, and with tied embeddings the
+    /// out-of-place sum of the weight's two contributions stays at the end of backward, as at
+    /// 128 tokens (one chunk): the peak grows by a token's worth, not drops by a table.
+    #[test]
+    fn an_empty_litgpt_chunk_gives_the_output_layer_no_gradient() {
+        use crate::setup::LossKernel;
+        for (name, tied) in [("pythia-160m", false), ("gpt2", true)] {
+            let spec = spec(name);
+            assert_eq!(spec.tied_embeddings, tied, "{name}");
+            let at = |loss, seq_len| {
+                let setup = TrainSetup {
+                    micro_batch: 1,
+                    seq_len,
+                    precision: Precision::Fp32,
+                    optimizer: Optimizer::Sgd,
+                    loss,
+                    ..TrainSetup::default()
+                };
+                crate::estimate::estimate_on(&spec, &setup, &Device::CPU_ORACLE).unwrap()
+            };
+            let litgpt = at(LossKernel::ChunkedOutputLitgpt, 129);
+            let standard = at(LossKernel::Standard, 129);
+            assert_eq!(
+                litgpt.model_states_detail.gradients, standard.model_states_detail.gradients,
+                "{name}"
+            );
+            let one_chunk = at(LossKernel::ChunkedOutputLitgpt, 128).peak_allocated.get();
+            let table = spec.vocab_size * spec.hidden_size * 4;
+            let grown = litgpt.peak_allocated.get().checked_sub(one_chunk);
+            assert!(grown.is_some_and(|g| g < table / 10), "{name}: {grown:?}");
+        }
+    }
+
     /// What autograd holds when the forward has left the last layer (the first `Loss` phase
     /// event): the activations' bytes.
     #[derive(Default)]
@@ -977,14 +1012,17 @@ mod tests {
     /// Debugging aid, not a check: the storages alive at the simulated peak of one oracle case
     /// (`VRAMFIT_CASE=<id>`), grouped by component, phase and size, for a side-by-side look
     /// with `validation/trace_case.py`. Run with
-    /// `VRAMFIT_CASE=... cargo test -p vramfit-core live_at_peak -- --ignored --nocapture`.
+    /// `VRAMFIT_CASE=... cargo test -p vramfit-core live_at_peak -- --ignored --nocapture`
+    /// (`VRAMFIT_RESULTS=path` reads the case from another results file).
     #[test]
     #[ignore = "prints a case's live set at the peak; needs VRAMFIT_CASE"]
     fn live_at_peak() {
         use crate::oracle_case::OracleCase;
 
         let Ok(id) = std::env::var("VRAMFIT_CASE") else { return };
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/results.jsonl");
+        let path = std::env::var("VRAMFIT_RESULTS").unwrap_or_else(|_| {
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/results.jsonl").to_string()
+        });
         let text = std::fs::read_to_string(path).unwrap();
         let cases = OracleCase::parse_lines(&text).unwrap();
         let case = cases.iter().find(|c| c.id == id).unwrap();

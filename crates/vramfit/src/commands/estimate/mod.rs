@@ -325,15 +325,6 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
             "prepare_model_for_kbit_training turns gradient checkpointing on unless told not to (use_gradient_checkpointing=False); this estimate has it off: pass --checkpointing full for the default".to_string(),
         );
     }
-    if matches!(
-        setup.loss,
-        vramfit_core::LossKernel::ChunkedOutput | vramfit_core::LossKernel::ChunkedOutputLitgpt
-    ) {
-        warnings.push(format!(
-            "--loss {} is held to PyTorch's accounting within 0.2% with an optimizer state and 512+ tokens, but under-predicts by up to 8% where the output layer's gradients set the peak (tied embeddings, no optimizer state, short sequences): a known issue (validation/README.md)",
-            setup.loss.name()
-        ));
-    }
     if let Some(gpu) = &gpu
         && gpu.lacks_bf16()
         && setup.precision.needs_bf16()
