@@ -318,7 +318,28 @@ pub(crate) struct Timeline<'o> {
     peaks: PeakTracker,
     observers: Vec<&'o mut dyn StreamObserver>,
     granularity: u64,
+    /// While storages of a size not yet known are alive or about to be told: the events held
+    /// back (with the state then, less those storages), told once the sizes are known.
+    deferred: Option<Deferred>,
 }
+
+/// Events held back by [`Timeline::alloc_pending`] and [`Timeline::place_pending`] until
+/// [`Timeline::resolve`].
+struct Deferred {
+    /// The storages whose size is not known yet.
+    pending: Vec<Tid>,
+    /// Where allocations not made yet go: the index of the event they precede and the state
+    /// then (as counted without the pending storages).
+    places: Vec<(usize, u64, ByComponent, Phase)>,
+    /// Each event with the total, the bytes by component and the phase after it, as counted
+    /// without the pending storages.
+    events: Vec<(StreamEvent, u64, ByComponent, Phase)>,
+}
+
+/// A place in the held-back stream for allocations whose number and sizes are known later
+/// ([`Timeline::place_pending`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Place(usize);
 
 impl<'o> Timeline<'o> {
     /// A timeline whose allocations are rounded up to `granularity` bytes (512 for CUDA's
@@ -338,6 +359,7 @@ impl<'o> Timeline<'o> {
             phase: Phase::Forward,
             peaks: PeakTracker::new(),
             observers,
+            deferred: None,
         };
         timeline.tell(StreamEvent::Phase(Phase::Forward));
         timeline
@@ -345,6 +367,10 @@ impl<'o> Timeline<'o> {
 
     #[inline]
     fn tell(&mut self, event: StreamEvent) {
+        if let Some(d) = &mut self.deferred {
+            d.events.push((event, self.total, self.live, self.phase));
+            return;
+        }
         let state = StreamState { total: self.total, live: &self.live, phase: self.phase };
         self.peaks.observe(event, state);
         if !self.observers.is_empty() {
@@ -369,6 +395,147 @@ impl<'o> Timeline<'o> {
         self.slots.push(Slot { bytes, component, refs: 1 });
         self.tell(StreamEvent::Alloc { tid, bytes, component });
         Ok(tid)
+    }
+
+    fn deferred(&mut self) -> &mut Deferred {
+        self.deferred.get_or_insert_with(|| Deferred {
+            pending: Vec::new(),
+            places: Vec::new(),
+            events: Vec::with_capacity(1024),
+        })
+    }
+
+    /// Allocates a storage of a size known only later (the batch a training loop holds from
+    /// the previous step): zero bytes until [`Timeline::resolve`] gives its size. From the
+    /// first such call every event is held back, and told when the sizes are known with the
+    /// state it would have had.
+    pub(crate) fn alloc_pending(&mut self, component: Component) -> Result<Tid, Overflow> {
+        let tid = Tid(u32::try_from(self.slots.len()).map_err(|_| Overflow)?);
+        self.deferred().pending.push(tid);
+        self.alloc(component, 0)
+    }
+
+    /// Whether events are held back for sizes not known yet.
+    pub(crate) fn has_pending(&self) -> bool {
+        self.deferred.is_some()
+    }
+
+    /// Marks the place of allocations whose number and sizes are known only later (what the
+    /// previous step's forward left, which this step's forward will tell): [`Timeline::resolve`]
+    /// makes them there. Events are held back from here as for [`Timeline::alloc_pending`].
+    pub(crate) fn place_pending(&mut self) -> Place {
+        let (total, live, phase) = (self.total, self.live, self.phase);
+        let d = self.deferred();
+        d.places.push((d.events.len(), total, live, phase));
+        Place(d.places.len() - 1)
+    }
+
+    /// Gives the pending storages their sizes (in the order they were allocated, each rounded
+    /// to the granularity), makes the allocations of each place (`(place, [(bytes,
+    /// component)])`, alive now, one reference each; their handles are returned per place),
+    /// and tells the events held back with the state they would have had.
+    pub(crate) fn resolve(
+        &mut self,
+        sizes: &[u64],
+        at: &[(Place, Vec<(u64, Component)>)],
+    ) -> Result<Vec<Vec<Tid>>, Overflow> {
+        let Deferred { pending, places, events } = self.deferred.take().expect("nothing pending");
+        assert_eq!(pending.len(), sizes.len(), "a size for each pending storage");
+        assert_eq!(places.len(), at.len(), "allocations for each place");
+        for (&t, &bytes) in pending.iter().zip(sizes) {
+            let bytes =
+                bytes.div_ceil(self.granularity).checked_mul(self.granularity).ok_or(Overflow)?;
+            let s = &mut self.slots[t.index()];
+            assert_eq!(s.bytes, 0, "storage {} resolved twice", t.0);
+            s.bytes = bytes;
+            if s.refs > 0 {
+                self.total = self.total.checked_add(bytes).ok_or(Overflow)?;
+                self.live[s.component.index()] += bytes;
+            }
+        }
+        // The places' storages: made now, told at their place.
+        let mut made: Vec<Vec<(Tid, u64, Component)>> = Vec::with_capacity(at.len());
+        for (i, (place, allocs)) in at.iter().enumerate() {
+            assert_eq!(place.0, i, "places resolved in order");
+            let mut these = Vec::with_capacity(allocs.len());
+            for &(bytes, component) in allocs {
+                let bytes = bytes
+                    .div_ceil(self.granularity)
+                    .checked_mul(self.granularity)
+                    .ok_or(Overflow)?;
+                self.total = self.total.checked_add(bytes).ok_or(Overflow)?;
+                self.live[component.index()] += bytes;
+                let tid = Tid(u32::try_from(self.slots.len()).map_err(|_| Overflow)?);
+                self.slots.push(Slot { bytes, component, refs: 1 });
+                these.push((tid, bytes, component));
+            }
+            made.push(these);
+        }
+        let mut extra = 0u64;
+        let mut extra_live: ByComponent = [0; 7];
+        let mut next_place = 0;
+        let is_pending = |t: Tid| pending.contains(&t);
+        for k in 0..=events.len() {
+            while let Some(&(index, total, live, phase)) = places.get(next_place) {
+                if index != k {
+                    break;
+                }
+                for &(tid, bytes, component) in &made[next_place] {
+                    extra = extra.checked_add(bytes).ok_or(Overflow)?;
+                    extra_live[component.index()] += bytes;
+                    self.tell_held(
+                        StreamEvent::Alloc { tid, bytes, component },
+                        total,
+                        live,
+                        phase,
+                        extra,
+                        &extra_live,
+                    )?;
+                }
+                next_place += 1;
+            }
+            let Some(&(mut event, total, live, phase)) = events.get(k) else { break };
+            match &mut event {
+                StreamEvent::Alloc { tid, bytes, component } if is_pending(*tid) => {
+                    *bytes = self.slots[tid.index()].bytes;
+                    extra = extra.checked_add(*bytes).ok_or(Overflow)?;
+                    extra_live[component.index()] += *bytes;
+                }
+                StreamEvent::Free { tid, bytes, component } if is_pending(*tid) => {
+                    *bytes = self.slots[tid.index()].bytes;
+                    extra -= *bytes;
+                    extra_live[component.index()] -= *bytes;
+                }
+                StreamEvent::Recategorize { tid, .. } => {
+                    assert!(!is_pending(*tid), "a pending storage recategorized");
+                }
+                _ => {}
+            }
+            self.tell_held(event, total, live, phase, extra, &extra_live)?;
+        }
+        Ok(made.into_iter().map(|m| m.into_iter().map(|(t, _, _)| t).collect()).collect())
+    }
+
+    /// Tells a held-back event, with the pending storages' bytes added to the state then.
+    fn tell_held(
+        &mut self,
+        event: StreamEvent,
+        total: u64,
+        mut live: ByComponent,
+        phase: Phase,
+        extra: u64,
+        extra_live: &ByComponent,
+    ) -> Result<(), Overflow> {
+        for (l, e) in live.iter_mut().zip(extra_live) {
+            *l += e;
+        }
+        let state =
+            StreamState { total: total.checked_add(extra).ok_or(Overflow)?, live: &live, phase };
+        self.peaks.observe(event, state);
+        for o in &mut self.observers {
+            o.observe(event, state);
+        }
+        Ok(())
     }
 
     /// Allocates a freed storage again under its own handle: the next iteration's tensor in

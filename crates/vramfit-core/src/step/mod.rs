@@ -98,6 +98,11 @@ struct Kept {
     batch: Option<Tid>,
     /// What the last forward's output object holds.
     outputs: Vec<Tid>,
+    /// Where the previous step's outputs are made once the first forward has told their
+    /// sizes (the custom loop's first micro-batch).
+    outputs_place: Option<crate::timeline::Place>,
+    /// The handles the step started with: the batch, then the outputs.
+    handles: Vec<Tid>,
 }
 
 /// The forward of one micro-batch up to the model's return: the loss, the storages the output
@@ -169,6 +174,15 @@ fn micro_batch(
         g.drop(previous);
     }
     let (loss, outputs, hidden) = forward(g, cx, m, ranks)?;
+    if let Some(place) = kept.outputs_place.take() {
+        // The previous step's batch and outputs were this forward's sizes: make them now.
+        let sizes: Vec<(u64, Component)> =
+            outputs.iter().map(|&t| (g.tl.bytes_of(t), Component::Temporaries)).collect();
+        let mut made = g.tl.resolve(&[g.tl.bytes_of(ids)], &[(place, sizes)])?;
+        let previous = made.pop().expect("one place");
+        kept.handles.extend_from_slice(&previous);
+        kept.outputs = previous;
+    }
     match cx.setup.training_loop {
         // `loss = model(**batch).loss`: the output object goes at once.
         TrainingLoop::Trainer => {
@@ -348,21 +362,16 @@ fn simulate_micro_batches(
         g.keep_gradients()?;
     }
     // A custom loop starts the step holding the previous step's batch and outputs (the
-    // same tensors the last micro-batch of this one leaves).
-    let previous = match setup.training_loop {
-        TrainingLoop::Trainer => Vec::new(),
-        TrainingLoop::Custom => kept_sizes(layout, &cx)?,
-    };
+    // same tensors the last micro-batch of this one leaves): the batch, then what the model's
+    // output object holds. Their sizes are those the first forward makes; until it has made
+    // them, the stream is held back (`Timeline::alloc_pending`).
     let mut kept = Kept::default();
-    for (i, &(bytes, component)) in previous.iter().enumerate() {
-        let t = g.tl.alloc(component, bytes)?;
-        if i == 0 {
-            kept.batch = Some(t);
-        } else {
-            kept.outputs.push(t);
-        }
+    if setup.training_loop == TrainingLoop::Custom {
+        let batch = g.tl.alloc_pending(Component::Temporaries)?;
+        kept.batch = Some(batch);
+        kept.handles.push(batch);
+        kept.outputs_place = Some(g.tl.place_pending());
     }
-    let handles: Vec<Tid> = kept.batch.iter().chain(&kept.outputs).copied().collect();
     for _ in 0..micro_batches {
         micro_batch(&mut g, &cx, &model, &mut kept, &mut ranks)?;
     }
@@ -374,21 +383,24 @@ fn simulate_micro_batches(
     ranks.zero_grad(&mut g);
     // The custom loop's last batch and outputs become the next step's: the same storages
     // under the handles this step started with, so that the stream repeats step after step.
+    assert!(!g.tl.has_pending(), "the previous step's tensors were never made");
     let last: Vec<Tid> = kept.batch.take().into_iter().chain(kept.outputs.drain(..)).collect();
-    assert_eq!(last.len(), handles.len(), "the kept tensors differ from the previous step's");
-    for ((t, handle), &(bytes, component)) in last.into_iter().zip(&handles).zip(&previous) {
-        assert_eq!(g.tl.bytes_of(t), g.tl.bytes_of(*handle), "a kept tensor changed size");
+    assert_eq!(last.len(), kept.handles.len(), "the kept tensors differ from the previous step's");
+    let mut kept_bytes = [0u64; 7];
+    for (t, &handle) in last.into_iter().zip(&kept.handles) {
+        let bytes = g.tl.bytes_of(t);
+        assert_eq!(bytes, g.tl.bytes_of(handle), "a kept tensor changed size");
+        let component = g.tl.component_of(handle);
+        kept_bytes[component as usize] += bytes;
         g.tl.release(t);
-        g.tl.revive(*handle, component, bytes)?;
+        g.tl.revive(handle, component, bytes)?;
     }
     // What the next iteration starts from: the model, its state and workspaces, the
     // strategy's persistent gradient buffers (DDP's buckets, ZeRO-3's partitions), the
     // gradients `set_to_none=False` keeps and what the custom loop keeps.
-    let kept_bytes =
-        |c: Component| previous.iter().filter(|&&(_, k)| k == c).map(|&(b, _)| b).sum::<u64>();
     let live = g.tl.live();
     for c in [Component::Activations, Component::Temporaries, Component::AutocastCache] {
-        assert_eq!(live[c as usize], kept_bytes(c), "{} alive after zero_grad", c.name());
+        assert_eq!(live[c as usize], kept_bytes[c as usize], "{} alive after zero_grad", c.name());
     }
     if setup.zero_grad == ZeroGrad::SetToNone {
         assert_eq!(
@@ -407,24 +419,6 @@ fn simulate_micro_batches(
         worst_rank: ranks.worst_rank(&g),
         host_memory: ranks.host_memory(&g, setup)?,
     })
-}
-
-/// What the custom loop keeps between steps, in the order the step makes it: the batch, then
-/// what the model's output object holds. The sizes come from one forward simulated apart
-/// (nobody observes it), so that the step can start holding the previous step's.
-fn kept_sizes(
-    layout: &crate::layout::ParameterLayout,
-    cx: &Context<'_>,
-) -> Result<Vec<(u64, Component)>> {
-    let mut g = Graph::new(Timeline::new(cx.device.allocation_granularity, Vec::new()));
-    let model = build_model(&mut g, cx, layout)?;
-    let mut ranks = Ranks::new(&mut g, cx.setup, Some(cx.spec.n_layers))?;
-    let batch = g.alloc(mul(cx.tokens, 8)?)?;
-    let (_, outputs, _) = forward(&mut g, cx, &model, &mut ranks)?;
-    Ok(std::iter::once(batch)
-        .chain(outputs)
-        .map(|t| (g.tl.bytes_of(t), Component::Temporaries))
-        .collect())
 }
 
 /// The model states of a setup without simulating its step: what is alive when
