@@ -328,12 +328,17 @@ pub(crate) struct Timeline<'o> {
 struct Deferred {
     /// The storages whose size is not known yet.
     pending: Vec<Tid>,
-    /// Where allocations not made yet go: the index of the event they precede and the state
-    /// then (as counted without the pending storages).
-    places: Vec<(usize, u64, ByComponent, Phase)>,
-    /// Each event with the total, the bytes by component and the phase after it, as counted
-    /// without the pending storages.
-    events: Vec<(StreamEvent, u64, ByComponent, Phase)>,
+    /// Where allocations not made yet go: the index of the event they precede.
+    places: Vec<usize>,
+    /// The bytes by component when events began to be held back.
+    start_live: ByComponent,
+    /// The total when events began to be held back.
+    start_total: u64,
+    /// The phase then.
+    start_phase: Phase,
+    /// Each event as counted without the pending storages (a recategorized storage's
+    /// former component and bytes in `moved`).
+    events: Vec<(StreamEvent, Option<(Component, u64)>)>,
 }
 
 /// A place in the held-back stream for allocations whose number and sizes are known later
@@ -368,7 +373,7 @@ impl<'o> Timeline<'o> {
     #[inline]
     fn tell(&mut self, event: StreamEvent) {
         if let Some(d) = &mut self.deferred {
-            d.events.push((event, self.total, self.live, self.phase));
+            d.events.push((event, None));
             return;
         }
         let state = StreamState { total: self.total, live: &self.live, phase: self.phase };
@@ -398,10 +403,14 @@ impl<'o> Timeline<'o> {
     }
 
     fn deferred(&mut self) -> &mut Deferred {
+        let (start_live, start_total, start_phase) = (self.live, self.total, self.phase);
         self.deferred.get_or_insert_with(|| Deferred {
             pending: Vec::new(),
             places: Vec::new(),
-            events: Vec::with_capacity(1024),
+            start_live,
+            start_total,
+            start_phase,
+            events: Vec::with_capacity(4096),
         })
     }
 
@@ -424,9 +433,8 @@ impl<'o> Timeline<'o> {
     /// previous step's forward left, which this step's forward will tell): [`Timeline::resolve`]
     /// makes them there. Events are held back from here as for [`Timeline::alloc_pending`].
     pub(crate) fn place_pending(&mut self) -> Place {
-        let (total, live, phase) = (self.total, self.live, self.phase);
         let d = self.deferred();
-        d.places.push((d.events.len(), total, live, phase));
+        d.places.push(d.events.len());
         Place(d.places.len() - 1)
     }
 
@@ -439,7 +447,8 @@ impl<'o> Timeline<'o> {
         sizes: &[u64],
         at: &[(Place, Vec<(u64, Component)>)],
     ) -> Result<Vec<Vec<Tid>>, Overflow> {
-        let Deferred { pending, places, events } = self.deferred.take().expect("nothing pending");
+        let Deferred { pending, places, start_live, start_total, start_phase, events } =
+            self.deferred.take().expect("nothing pending");
         assert_eq!(pending.len(), sizes.len(), "a size for each pending storage");
         assert_eq!(places.len(), at.len(), "allocations for each place");
         for (&t, &bytes) in pending.iter().zip(sizes) {
@@ -471,71 +480,61 @@ impl<'o> Timeline<'o> {
             }
             made.push(these);
         }
-        let mut extra = 0u64;
-        let mut extra_live: ByComponent = [0; 7];
+        // The events again, the state rebuilt as they go, with the pending storages' bytes.
+        let (mut total, mut live, mut phase) = (start_total, start_live, start_phase);
         let mut next_place = 0;
         let is_pending = |t: Tid| pending.contains(&t);
         for k in 0..=events.len() {
-            while let Some(&(index, total, live, phase)) = places.get(next_place) {
-                if index != k {
-                    break;
-                }
+            while places.get(next_place) == Some(&k) {
                 for &(tid, bytes, component) in &made[next_place] {
-                    extra = extra.checked_add(bytes).ok_or(Overflow)?;
-                    extra_live[component.index()] += bytes;
+                    total = total.checked_add(bytes).ok_or(Overflow)?;
+                    live[component.index()] += bytes;
                     self.tell_held(
                         StreamEvent::Alloc { tid, bytes, component },
                         total,
-                        live,
+                        &live,
                         phase,
-                        extra,
-                        &extra_live,
-                    )?;
+                    );
                 }
                 next_place += 1;
             }
-            let Some(&(mut event, total, live, phase)) = events.get(k) else { break };
+            let Some(&(mut event, moved)) = events.get(k) else { break };
             match &mut event {
-                StreamEvent::Alloc { tid, bytes, component } if is_pending(*tid) => {
-                    *bytes = self.slots[tid.index()].bytes;
-                    extra = extra.checked_add(*bytes).ok_or(Overflow)?;
-                    extra_live[component.index()] += *bytes;
+                StreamEvent::Alloc { tid, bytes, component } => {
+                    if is_pending(*tid) {
+                        *bytes = self.slots[tid.index()].bytes;
+                    }
+                    total = total.checked_add(*bytes).ok_or(Overflow)?;
+                    live[component.index()] += *bytes;
                 }
-                StreamEvent::Free { tid, bytes, component } if is_pending(*tid) => {
-                    *bytes = self.slots[tid.index()].bytes;
-                    extra -= *bytes;
-                    extra_live[component.index()] -= *bytes;
+                StreamEvent::Free { tid, bytes, component } => {
+                    if is_pending(*tid) {
+                        *bytes = self.slots[tid.index()].bytes;
+                    }
+                    total -= *bytes;
+                    live[component.index()] -= *bytes;
                 }
-                StreamEvent::Recategorize { tid, .. } => {
+                StreamEvent::Recategorize { tid, component } => {
                     assert!(!is_pending(*tid), "a pending storage recategorized");
+                    let (from, bytes) = moved.expect("a recategorization's former component");
+                    live[from.index()] -= bytes;
+                    live[component.index()] += bytes;
                 }
-                _ => {}
+                StreamEvent::Phase(p) => phase = *p,
             }
-            self.tell_held(event, total, live, phase, extra, &extra_live)?;
+            self.tell_held(event, total, &live, phase);
         }
+        debug_assert_eq!((total, live), (self.total, self.live));
         Ok(made.into_iter().map(|m| m.into_iter().map(|(t, _, _)| t).collect()).collect())
     }
 
-    /// Tells a held-back event, with the pending storages' bytes added to the state then.
-    fn tell_held(
-        &mut self,
-        event: StreamEvent,
-        total: u64,
-        mut live: ByComponent,
-        phase: Phase,
-        extra: u64,
-        extra_live: &ByComponent,
-    ) -> Result<(), Overflow> {
-        for (l, e) in live.iter_mut().zip(extra_live) {
-            *l += e;
-        }
-        let state =
-            StreamState { total: total.checked_add(extra).ok_or(Overflow)?, live: &live, phase };
+    /// Tells a held-back event with the state after it.
+    fn tell_held(&mut self, event: StreamEvent, total: u64, live: &ByComponent, phase: Phase) {
+        let state = StreamState { total, live, phase };
         self.peaks.observe(event, state);
         for o in &mut self.observers {
             o.observe(event, state);
         }
-        Ok(())
     }
 
     /// Allocates a freed storage again under its own handle: the next iteration's tensor in
@@ -593,7 +592,11 @@ impl<'o> Timeline<'o> {
         s.component = component;
         self.live[from.index()] -= bytes;
         self.live[component.index()] += bytes;
-        self.tell(StreamEvent::Recategorize { tid: t, component });
+        let event = StreamEvent::Recategorize { tid: t, component };
+        match &mut self.deferred {
+            Some(d) => d.events.push((event, Some((from, bytes)))),
+            None => self.tell(event),
+        }
     }
 
     pub(crate) fn component_of(&self, t: Tid) -> Component {
