@@ -339,6 +339,29 @@ fn simulate_micro_batches(
     observers: Vec<&mut dyn StreamObserver>,
     micro_batches: u64,
 ) -> Result<StepResult> {
+    simulate_with(spec, layout, setup, device, observers, micro_batches, KeptSizes::FirstForward)
+}
+
+/// Where the custom loop's kept tensors get their sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeptSizes {
+    /// From the step's own first forward, the stream held back until then.
+    FirstForward,
+    /// From a forward simulated apart beforehand (the straightforward way, twice the
+    /// forwards; kept to check the other against).
+    #[cfg(test)]
+    SeparateForward,
+}
+
+fn simulate_with(
+    spec: &ModelSpec,
+    layout: &crate::layout::ParameterLayout,
+    setup: &TrainSetup,
+    device: &Device,
+    observers: Vec<&mut dyn StreamObserver>,
+    micro_batches: u64,
+    kept_sizes_from: KeptSizes,
+) -> Result<StepResult> {
     let cx = Context::new(spec, setup, device)?;
     let mut g = Graph::new(Timeline::new(device.allocation_granularity, observers));
     let model = build_model(&mut g, &cx, layout)?;
@@ -366,11 +389,26 @@ fn simulate_micro_batches(
     // output object holds. Their sizes are those the first forward makes; until it has made
     // them, the stream is held back (`Timeline::alloc_pending`).
     let mut kept = Kept::default();
-    if setup.training_loop == TrainingLoop::Custom {
-        let batch = g.tl.alloc_pending(Component::Temporaries)?;
-        kept.batch = Some(batch);
-        kept.handles.push(batch);
-        kept.outputs_place = Some(g.tl.place_pending());
+    match (setup.training_loop, kept_sizes_from) {
+        (TrainingLoop::Trainer, _) => {}
+        (TrainingLoop::Custom, KeptSizes::FirstForward) => {
+            let batch = g.tl.alloc_pending(Component::Temporaries)?;
+            kept.batch = Some(batch);
+            kept.handles.push(batch);
+            kept.outputs_place = Some(g.tl.place_pending());
+        }
+        #[cfg(test)]
+        (TrainingLoop::Custom, KeptSizes::SeparateForward) => {
+            for (i, bytes) in kept_sizes(layout, &cx)?.into_iter().enumerate() {
+                let t = g.tl.alloc(Component::Temporaries, bytes)?;
+                if i == 0 {
+                    kept.batch = Some(t);
+                } else {
+                    kept.outputs.push(t);
+                }
+                kept.handles.push(t);
+            }
+        }
     }
     for _ in 0..micro_batches {
         micro_batch(&mut g, &cx, &model, &mut kept, &mut ranks)?;
@@ -419,6 +457,18 @@ fn simulate_micro_batches(
         worst_rank: ranks.worst_rank(&g),
         host_memory: ranks.host_memory(&g, setup)?,
     })
+}
+
+/// What the custom loop keeps between steps, in the order the step makes it (the batch, then
+/// what the model's output object holds), from one forward simulated apart.
+#[cfg(test)]
+fn kept_sizes(layout: &crate::layout::ParameterLayout, cx: &Context<'_>) -> Result<Vec<u64>> {
+    let mut g = Graph::new(Timeline::new(cx.device.allocation_granularity, Vec::new()));
+    let model = build_model(&mut g, cx, layout)?;
+    let mut ranks = Ranks::new(&mut g, cx.setup, Some(cx.spec.n_layers))?;
+    let batch = g.alloc(mul(cx.tokens, 8)?)?;
+    let (_, outputs, _) = forward(&mut g, cx, &model, &mut ranks)?;
+    Ok(std::iter::once(batch).chain(outputs).map(|t| g.tl.bytes_of(t)).collect())
 }
 
 /// The model states of a setup without simulating its step: what is alive when
@@ -737,6 +787,75 @@ mod tests {
             let layout = spec.parameter_layout();
             let two = run(&spec, &layout, &setup, &Device::CUDA, 2);
             prop_assert_eq!(&two, &run(&spec, &layout, &setup, &Device::CUDA, 3));
+        }
+    }
+
+    /// An event without its storage handle (kind, bytes, component, phase), then the state
+    /// after it (total, by component, phase).
+    type Told = (u8, u64, Option<Component>, Option<Phase>, u64, [u64; 7], Phase);
+
+    /// Every event of a stream with the state after it.
+    #[derive(Default, PartialEq, Debug)]
+    struct Events(Vec<Told>);
+
+    impl StreamObserver for Events {
+        fn observe(&mut self, event: StreamEvent, state: StreamState<'_>) {
+            let (kind, bytes, component, phase) = match event {
+                StreamEvent::Alloc { bytes, component, .. } => (0, bytes, Some(component), None),
+                StreamEvent::Free { bytes, component, .. } => (1, bytes, Some(component), None),
+                StreamEvent::Recategorize { component, .. } => (2, 0, Some(component), None),
+                StreamEvent::Phase(p) => (3, 0, None, Some(p)),
+            };
+            self.0.push((kind, bytes, component, phase, state.total, *state.live, state.phase));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+        /// The custom loop's kept tensors sized by the step's own first forward (the stream
+        /// held back until then) give the stream, the step's figures and the caching
+        /// allocator's figures that a separate forward sizing them beforehand gives.
+        #[test]
+        fn kept_tensors_sized_by_the_first_forward_give_the_same_stream(
+            m in 0usize..MODELS.len(),
+            precision in prop::sample::select(Precision::ALL.to_vec()),
+            checkpointing in prop::sample::select(vec![Checkpointing::None, Checkpointing::Full, Checkpointing::Every(2)]),
+            grad_accum in 1u64..4,
+            use_cache in any::<bool>(),
+            zero_grad in prop::sample::select(ZeroGrad::ALL.to_vec()),
+            strategy in prop::sample::select(vec![None, Some(Sharding::Zero3), Some(Sharding::Fsdp), Some(Sharding::Ddp)]),
+            cpu in any::<bool>(),
+            loss in prop::sample::select(crate::setup::LossKernel::ALL.to_vec()),
+        ) {
+            let mut setup = match strategy {
+                Some(s) => strategy_setup(s, 2, Offload::None, true, precision, false, grad_accum),
+                None => TrainSetup { micro_batch: 2, seq_len: 64, precision, grad_accum, ..TrainSetup::default() },
+            };
+            setup.checkpointing = checkpointing;
+            setup.use_cache = Some(use_cache);
+            setup.zero_grad = zero_grad;
+            setup.loss = loss;
+            setup.training_loop = TrainingLoop::Custom;
+            let spec = spec(MODELS[m]);
+            prop_assume!(crate::estimate(&spec, &setup).is_ok());
+            let layout = spec.parameter_layout();
+            let device = if cpu { Device::CPU_ORACLE } else { Device::CUDA };
+            let runs = super::simulated_micro_batches(&setup);
+            let with = |from| {
+                let mut events = Events::default();
+                let mut allocator = crate::allocator::CachingAllocator::new(Default::default());
+                let step = super::simulate_with(
+                    &spec, &layout, &setup, &device,
+                    vec![&mut events, &mut allocator], runs, from,
+                ).unwrap();
+                (step, events, allocator.finish())
+            };
+            let (step, events, reserved) = with(super::KeptSizes::FirstForward);
+            let (step2, events2, reserved2) = with(super::KeptSizes::SeparateForward);
+            prop_assert_eq!(step, step2);
+            prop_assert!(events == events2, "the streams differ");
+            prop_assert_eq!(reserved, reserved2);
         }
     }
 
