@@ -139,6 +139,9 @@ pub(crate) struct Graph<'o> {
     /// records a node produces it).
     requires_grad: Vec<bool>,
     pub(crate) params: Vec<ParamState>,
+    /// The parameters with a cached low-precision copy in this forward, in the order the
+    /// copies were made.
+    cast_params: Vec<usize>,
     /// While false (inside a checkpointed segment's first forward), nothing is saved.
     pub(crate) saving: bool,
     /// Storages the model's output object will hold besides the logits and the loss (the KV
@@ -158,6 +161,7 @@ impl<'o> Graph<'o> {
             grad_of: Vec::new(),
             requires_grad: Vec::new(),
             params: Vec::new(),
+            cast_params: Vec::new(),
             saving: true,
             outputs: Vec::new(),
         }
@@ -262,15 +266,21 @@ impl<'o> Graph<'o> {
         let bytes = state.cast_bytes;
         let t = self.tl.alloc(Component::AutocastCache, bytes)?;
         self.params[p.0].cast = Some(t);
+        self.cast_params.push(p.0);
         Ok(Some(t))
     }
 
     /// Autocast exits: the cache drops its references (copies saved by nodes live on).
     pub(crate) fn clear_autocast_cache(&mut self) {
-        let casts: Vec<Tid> = self.params.iter_mut().filter_map(|p| p.cast.take()).collect();
-        for t in casts {
+        // Released in the parameters' order (the cache's), not the order of first use.
+        let mut casts = std::mem::take(&mut self.cast_params);
+        casts.sort_unstable();
+        for &p in &casts {
+            let t = self.params[p].cast.take().expect("a cached copy");
             self.tl.release(t);
         }
+        casts.clear();
+        self.cast_params = casts;
     }
 
     /// Records an op producing `output`, as autograd does: only the gradients of inputs that

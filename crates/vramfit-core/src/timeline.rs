@@ -318,7 +318,33 @@ pub(crate) struct Timeline<'o> {
     peaks: PeakTracker,
     observers: Vec<&'o mut dyn StreamObserver>,
     granularity: u64,
+    /// While storages of a size not yet known are alive or about to be told: the events held
+    /// back (with the state then, less those storages), told once the sizes are known.
+    deferred: Option<Deferred>,
 }
+
+/// Events held back by [`Timeline::alloc_pending`] and [`Timeline::place_pending`] until
+/// [`Timeline::resolve`].
+struct Deferred {
+    /// The storages whose size is not known yet.
+    pending: Vec<Tid>,
+    /// Where allocations not made yet go: the index of the event they precede.
+    places: Vec<usize>,
+    /// The bytes by component when events began to be held back.
+    start_live: ByComponent,
+    /// The total when events began to be held back.
+    start_total: u64,
+    /// The phase then.
+    start_phase: Phase,
+    /// Each event as counted without the pending storages (a recategorized storage's
+    /// former component and bytes in `moved`).
+    events: Vec<(StreamEvent, Option<(Component, u64)>)>,
+}
+
+/// A place in the held-back stream for allocations whose number and sizes are known later
+/// ([`Timeline::place_pending`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Place(usize);
 
 impl<'o> Timeline<'o> {
     /// A timeline whose allocations are rounded up to `granularity` bytes (512 for CUDA's
@@ -338,6 +364,7 @@ impl<'o> Timeline<'o> {
             phase: Phase::Forward,
             peaks: PeakTracker::new(),
             observers,
+            deferred: None,
         };
         timeline.tell(StreamEvent::Phase(Phase::Forward));
         timeline
@@ -345,6 +372,10 @@ impl<'o> Timeline<'o> {
 
     #[inline]
     fn tell(&mut self, event: StreamEvent) {
+        if let Some(d) = &mut self.deferred {
+            d.events.push((event, None));
+            return;
+        }
         let state = StreamState { total: self.total, live: &self.live, phase: self.phase };
         self.peaks.observe(event, state);
         if !self.observers.is_empty() {
@@ -369,6 +400,141 @@ impl<'o> Timeline<'o> {
         self.slots.push(Slot { bytes, component, refs: 1 });
         self.tell(StreamEvent::Alloc { tid, bytes, component });
         Ok(tid)
+    }
+
+    fn deferred(&mut self) -> &mut Deferred {
+        let (start_live, start_total, start_phase) = (self.live, self.total, self.phase);
+        self.deferred.get_or_insert_with(|| Deferred {
+            pending: Vec::new(),
+            places: Vec::new(),
+            start_live,
+            start_total,
+            start_phase,
+            events: Vec::with_capacity(4096),
+        })
+    }
+
+    /// Allocates a storage of a size known only later (the batch a training loop holds from
+    /// the previous step): zero bytes until [`Timeline::resolve`] gives its size. From the
+    /// first such call every event is held back, and told when the sizes are known with the
+    /// state it would have had.
+    pub(crate) fn alloc_pending(&mut self, component: Component) -> Result<Tid, Overflow> {
+        let tid = Tid(u32::try_from(self.slots.len()).map_err(|_| Overflow)?);
+        self.deferred().pending.push(tid);
+        self.alloc(component, 0)
+    }
+
+    /// Whether events are held back for sizes not known yet.
+    pub(crate) fn has_pending(&self) -> bool {
+        self.deferred.is_some()
+    }
+
+    /// Marks the place of allocations whose number and sizes are known only later (what the
+    /// previous step's forward left, which this step's forward will tell): [`Timeline::resolve`]
+    /// makes them there. Events are held back from here as for [`Timeline::alloc_pending`].
+    pub(crate) fn place_pending(&mut self) -> Place {
+        let d = self.deferred();
+        d.places.push(d.events.len());
+        Place(d.places.len() - 1)
+    }
+
+    /// Gives the pending storages their sizes (in the order they were allocated, each rounded
+    /// to the granularity), makes the allocations of each place (`(place, [(bytes,
+    /// component)])`, alive now, one reference each; their handles are returned per place),
+    /// and tells the events held back with the state they would have had.
+    pub(crate) fn resolve(
+        &mut self,
+        sizes: &[u64],
+        at: &[(Place, Vec<(u64, Component)>)],
+    ) -> Result<Vec<Vec<Tid>>, Overflow> {
+        let Deferred { pending, places, start_live, start_total, start_phase, events } =
+            self.deferred.take().expect("nothing pending");
+        assert_eq!(pending.len(), sizes.len(), "a size for each pending storage");
+        assert_eq!(places.len(), at.len(), "allocations for each place");
+        for (&t, &bytes) in pending.iter().zip(sizes) {
+            let bytes =
+                bytes.div_ceil(self.granularity).checked_mul(self.granularity).ok_or(Overflow)?;
+            let s = &mut self.slots[t.index()];
+            assert_eq!(s.bytes, 0, "storage {} resolved twice", t.0);
+            s.bytes = bytes;
+            if s.refs > 0 {
+                self.total = self.total.checked_add(bytes).ok_or(Overflow)?;
+                self.live[s.component.index()] += bytes;
+            }
+        }
+        // The places' storages: made now, told at their place.
+        let mut made: Vec<Vec<(Tid, u64, Component)>> = Vec::with_capacity(at.len());
+        for (i, (place, allocs)) in at.iter().enumerate() {
+            assert_eq!(place.0, i, "places resolved in order");
+            let mut these = Vec::with_capacity(allocs.len());
+            for &(bytes, component) in allocs {
+                let bytes = bytes
+                    .div_ceil(self.granularity)
+                    .checked_mul(self.granularity)
+                    .ok_or(Overflow)?;
+                self.total = self.total.checked_add(bytes).ok_or(Overflow)?;
+                self.live[component.index()] += bytes;
+                let tid = Tid(u32::try_from(self.slots.len()).map_err(|_| Overflow)?);
+                self.slots.push(Slot { bytes, component, refs: 1 });
+                these.push((tid, bytes, component));
+            }
+            made.push(these);
+        }
+        // The events again, the state rebuilt as they go, with the pending storages' bytes.
+        let (mut total, mut live, mut phase) = (start_total, start_live, start_phase);
+        let mut next_place = 0;
+        let is_pending = |t: Tid| pending.contains(&t);
+        for k in 0..=events.len() {
+            while places.get(next_place) == Some(&k) {
+                for &(tid, bytes, component) in &made[next_place] {
+                    total = total.checked_add(bytes).ok_or(Overflow)?;
+                    live[component.index()] += bytes;
+                    self.tell_held(
+                        StreamEvent::Alloc { tid, bytes, component },
+                        total,
+                        &live,
+                        phase,
+                    );
+                }
+                next_place += 1;
+            }
+            let Some(&(mut event, moved)) = events.get(k) else { break };
+            match &mut event {
+                StreamEvent::Alloc { tid, bytes, component } => {
+                    if is_pending(*tid) {
+                        *bytes = self.slots[tid.index()].bytes;
+                    }
+                    total = total.checked_add(*bytes).ok_or(Overflow)?;
+                    live[component.index()] += *bytes;
+                }
+                StreamEvent::Free { tid, bytes, component } => {
+                    if is_pending(*tid) {
+                        *bytes = self.slots[tid.index()].bytes;
+                    }
+                    total -= *bytes;
+                    live[component.index()] -= *bytes;
+                }
+                StreamEvent::Recategorize { tid, component } => {
+                    assert!(!is_pending(*tid), "a pending storage recategorized");
+                    let (from, bytes) = moved.expect("a recategorization's former component");
+                    live[from.index()] -= bytes;
+                    live[component.index()] += bytes;
+                }
+                StreamEvent::Phase(p) => phase = *p,
+            }
+            self.tell_held(event, total, &live, phase);
+        }
+        debug_assert_eq!((total, live), (self.total, self.live));
+        Ok(made.into_iter().map(|m| m.into_iter().map(|(t, _, _)| t).collect()).collect())
+    }
+
+    /// Tells a held-back event with the state after it.
+    fn tell_held(&mut self, event: StreamEvent, total: u64, live: &ByComponent, phase: Phase) {
+        let state = StreamState { total, live, phase };
+        self.peaks.observe(event, state);
+        for o in &mut self.observers {
+            o.observe(event, state);
+        }
     }
 
     /// Allocates a freed storage again under its own handle: the next iteration's tensor in
@@ -426,7 +592,11 @@ impl<'o> Timeline<'o> {
         s.component = component;
         self.live[from.index()] -= bytes;
         self.live[component.index()] += bytes;
-        self.tell(StreamEvent::Recategorize { tid: t, component });
+        let event = StreamEvent::Recategorize { tid: t, component };
+        match &mut self.deferred {
+            Some(d) => d.events.push((event, Some((from, bytes)))),
+            None => self.tell(event),
+        }
     }
 
     pub(crate) fn component_of(&self, t: Tid) -> Component {

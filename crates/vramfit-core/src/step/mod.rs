@@ -98,6 +98,11 @@ struct Kept {
     batch: Option<Tid>,
     /// What the last forward's output object holds.
     outputs: Vec<Tid>,
+    /// Where the previous step's outputs are made once the first forward has told their
+    /// sizes (the custom loop's first micro-batch).
+    outputs_place: Option<crate::timeline::Place>,
+    /// The handles the step started with: the batch, then the outputs.
+    handles: Vec<Tid>,
 }
 
 /// The forward of one micro-batch up to the model's return: the loss, the storages the output
@@ -169,6 +174,15 @@ fn micro_batch(
         g.drop(previous);
     }
     let (loss, outputs, hidden) = forward(g, cx, m, ranks)?;
+    if let Some(place) = kept.outputs_place.take() {
+        // The previous step's batch and outputs were this forward's sizes: make them now.
+        let sizes: Vec<(u64, Component)> =
+            outputs.iter().map(|&t| (g.tl.bytes_of(t), Component::Temporaries)).collect();
+        let mut made = g.tl.resolve(&[g.tl.bytes_of(ids)], &[(place, sizes)])?;
+        let previous = made.pop().expect("one place");
+        kept.handles.extend_from_slice(&previous);
+        kept.outputs = previous;
+    }
     match cx.setup.training_loop {
         // `loss = model(**batch).loss`: the output object goes at once.
         TrainingLoop::Trainer => {
@@ -325,6 +339,29 @@ fn simulate_micro_batches(
     observers: Vec<&mut dyn StreamObserver>,
     micro_batches: u64,
 ) -> Result<StepResult> {
+    simulate_with(spec, layout, setup, device, observers, micro_batches, KeptSizes::FirstForward)
+}
+
+/// Where the custom loop's kept tensors get their sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeptSizes {
+    /// From the step's own first forward, the stream held back until then.
+    FirstForward,
+    /// From a forward simulated apart beforehand (the straightforward way, twice the
+    /// forwards; kept to check the other against).
+    #[cfg(test)]
+    SeparateForward,
+}
+
+fn simulate_with(
+    spec: &ModelSpec,
+    layout: &crate::layout::ParameterLayout,
+    setup: &TrainSetup,
+    device: &Device,
+    observers: Vec<&mut dyn StreamObserver>,
+    micro_batches: u64,
+    kept_sizes_from: KeptSizes,
+) -> Result<StepResult> {
     let cx = Context::new(spec, setup, device)?;
     let mut g = Graph::new(Timeline::new(device.allocation_granularity, observers));
     let model = build_model(&mut g, &cx, layout)?;
@@ -348,21 +385,31 @@ fn simulate_micro_batches(
         g.keep_gradients()?;
     }
     // A custom loop starts the step holding the previous step's batch and outputs (the
-    // same tensors the last micro-batch of this one leaves).
-    let previous = match setup.training_loop {
-        TrainingLoop::Trainer => Vec::new(),
-        TrainingLoop::Custom => kept_sizes(layout, &cx)?,
-    };
+    // same tensors the last micro-batch of this one leaves): the batch, then what the model's
+    // output object holds. Their sizes are those the first forward makes; until it has made
+    // them, the stream is held back (`Timeline::alloc_pending`).
     let mut kept = Kept::default();
-    for (i, &(bytes, component)) in previous.iter().enumerate() {
-        let t = g.tl.alloc(component, bytes)?;
-        if i == 0 {
-            kept.batch = Some(t);
-        } else {
-            kept.outputs.push(t);
+    match (setup.training_loop, kept_sizes_from) {
+        (TrainingLoop::Trainer, _) => {}
+        (TrainingLoop::Custom, KeptSizes::FirstForward) => {
+            let batch = g.tl.alloc_pending(Component::Temporaries)?;
+            kept.batch = Some(batch);
+            kept.handles.push(batch);
+            kept.outputs_place = Some(g.tl.place_pending());
+        }
+        #[cfg(test)]
+        (TrainingLoop::Custom, KeptSizes::SeparateForward) => {
+            for (i, bytes) in kept_sizes(layout, &cx)?.into_iter().enumerate() {
+                let t = g.tl.alloc(Component::Temporaries, bytes)?;
+                if i == 0 {
+                    kept.batch = Some(t);
+                } else {
+                    kept.outputs.push(t);
+                }
+                kept.handles.push(t);
+            }
         }
     }
-    let handles: Vec<Tid> = kept.batch.iter().chain(&kept.outputs).copied().collect();
     for _ in 0..micro_batches {
         micro_batch(&mut g, &cx, &model, &mut kept, &mut ranks)?;
     }
@@ -374,21 +421,24 @@ fn simulate_micro_batches(
     ranks.zero_grad(&mut g);
     // The custom loop's last batch and outputs become the next step's: the same storages
     // under the handles this step started with, so that the stream repeats step after step.
+    assert!(!g.tl.has_pending(), "the previous step's tensors were never made");
     let last: Vec<Tid> = kept.batch.take().into_iter().chain(kept.outputs.drain(..)).collect();
-    assert_eq!(last.len(), handles.len(), "the kept tensors differ from the previous step's");
-    for ((t, handle), &(bytes, component)) in last.into_iter().zip(&handles).zip(&previous) {
-        assert_eq!(g.tl.bytes_of(t), g.tl.bytes_of(*handle), "a kept tensor changed size");
+    assert_eq!(last.len(), kept.handles.len(), "the kept tensors differ from the previous step's");
+    let mut kept_bytes = [0u64; 7];
+    for (t, &handle) in last.into_iter().zip(&kept.handles) {
+        let bytes = g.tl.bytes_of(t);
+        assert_eq!(bytes, g.tl.bytes_of(handle), "a kept tensor changed size");
+        let component = g.tl.component_of(handle);
+        kept_bytes[component as usize] += bytes;
         g.tl.release(t);
-        g.tl.revive(*handle, component, bytes)?;
+        g.tl.revive(handle, component, bytes)?;
     }
     // What the next iteration starts from: the model, its state and workspaces, the
     // strategy's persistent gradient buffers (DDP's buckets, ZeRO-3's partitions), the
     // gradients `set_to_none=False` keeps and what the custom loop keeps.
-    let kept_bytes =
-        |c: Component| previous.iter().filter(|&&(_, k)| k == c).map(|&(b, _)| b).sum::<u64>();
     let live = g.tl.live();
     for c in [Component::Activations, Component::Temporaries, Component::AutocastCache] {
-        assert_eq!(live[c as usize], kept_bytes(c), "{} alive after zero_grad", c.name());
+        assert_eq!(live[c as usize], kept_bytes[c as usize], "{} alive after zero_grad", c.name());
     }
     if setup.zero_grad == ZeroGrad::SetToNone {
         assert_eq!(
@@ -409,22 +459,16 @@ fn simulate_micro_batches(
     })
 }
 
-/// What the custom loop keeps between steps, in the order the step makes it: the batch, then
-/// what the model's output object holds. The sizes come from one forward simulated apart
-/// (nobody observes it), so that the step can start holding the previous step's.
-fn kept_sizes(
-    layout: &crate::layout::ParameterLayout,
-    cx: &Context<'_>,
-) -> Result<Vec<(u64, Component)>> {
+/// What the custom loop keeps between steps, in the order the step makes it (the batch, then
+/// what the model's output object holds), from one forward simulated apart.
+#[cfg(test)]
+fn kept_sizes(layout: &crate::layout::ParameterLayout, cx: &Context<'_>) -> Result<Vec<u64>> {
     let mut g = Graph::new(Timeline::new(cx.device.allocation_granularity, Vec::new()));
     let model = build_model(&mut g, cx, layout)?;
     let mut ranks = Ranks::new(&mut g, cx.setup, Some(cx.spec.n_layers))?;
     let batch = g.alloc(mul(cx.tokens, 8)?)?;
     let (_, outputs, _) = forward(&mut g, cx, &model, &mut ranks)?;
-    Ok(std::iter::once(batch)
-        .chain(outputs)
-        .map(|t| (g.tl.bytes_of(t), Component::Temporaries))
-        .collect())
+    Ok(std::iter::once(batch).chain(outputs).map(|t| g.tl.bytes_of(t)).collect())
 }
 
 /// The model states of a setup without simulating its step: what is alive when
@@ -743,6 +787,75 @@ mod tests {
             let layout = spec.parameter_layout();
             let two = run(&spec, &layout, &setup, &Device::CUDA, 2);
             prop_assert_eq!(&two, &run(&spec, &layout, &setup, &Device::CUDA, 3));
+        }
+    }
+
+    /// An event without its storage handle (kind, bytes, component, phase), then the state
+    /// after it (total, by component, phase).
+    type Told = (u8, u64, Option<Component>, Option<Phase>, u64, [u64; 7], Phase);
+
+    /// Every event of a stream with the state after it.
+    #[derive(Default, PartialEq, Debug)]
+    struct Events(Vec<Told>);
+
+    impl StreamObserver for Events {
+        fn observe(&mut self, event: StreamEvent, state: StreamState<'_>) {
+            let (kind, bytes, component, phase) = match event {
+                StreamEvent::Alloc { bytes, component, .. } => (0, bytes, Some(component), None),
+                StreamEvent::Free { bytes, component, .. } => (1, bytes, Some(component), None),
+                StreamEvent::Recategorize { component, .. } => (2, 0, Some(component), None),
+                StreamEvent::Phase(p) => (3, 0, None, Some(p)),
+            };
+            self.0.push((kind, bytes, component, phase, state.total, *state.live, state.phase));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+        /// The custom loop's kept tensors sized by the step's own first forward (the stream
+        /// held back until then) give the stream, the step's figures and the caching
+        /// allocator's figures that a separate forward sizing them beforehand gives.
+        #[test]
+        fn kept_tensors_sized_by_the_first_forward_give_the_same_stream(
+            m in 0usize..MODELS.len(),
+            precision in prop::sample::select(Precision::ALL.to_vec()),
+            checkpointing in prop::sample::select(vec![Checkpointing::None, Checkpointing::Full, Checkpointing::Every(2)]),
+            grad_accum in 1u64..4,
+            use_cache in any::<bool>(),
+            zero_grad in prop::sample::select(ZeroGrad::ALL.to_vec()),
+            strategy in prop::sample::select(vec![None, Some(Sharding::Zero3), Some(Sharding::Fsdp), Some(Sharding::Ddp)]),
+            cpu in any::<bool>(),
+            loss in prop::sample::select(crate::setup::LossKernel::ALL.to_vec()),
+        ) {
+            let mut setup = match strategy {
+                Some(s) => strategy_setup(s, 2, Offload::None, true, precision, false, grad_accum),
+                None => TrainSetup { micro_batch: 2, seq_len: 64, precision, grad_accum, ..TrainSetup::default() },
+            };
+            setup.checkpointing = checkpointing;
+            setup.use_cache = Some(use_cache);
+            setup.zero_grad = zero_grad;
+            setup.loss = loss;
+            setup.training_loop = TrainingLoop::Custom;
+            let spec = spec(MODELS[m]);
+            prop_assume!(crate::estimate(&spec, &setup).is_ok());
+            let layout = spec.parameter_layout();
+            let device = if cpu { Device::CPU_ORACLE } else { Device::CUDA };
+            let runs = super::simulated_micro_batches(&setup);
+            let with = |from| {
+                let mut events = Events::default();
+                let mut allocator = crate::allocator::CachingAllocator::new(Default::default());
+                let step = super::simulate_with(
+                    &spec, &layout, &setup, &device,
+                    vec![&mut events, &mut allocator], runs, from,
+                ).unwrap();
+                (step, events, allocator.finish())
+            };
+            let (step, events, reserved) = with(super::KeptSizes::FirstForward);
+            let (step2, events2, reserved2) = with(super::KeptSizes::SeparateForward);
+            prop_assert_eq!(step, step2);
+            prop_assert!(events == events2, "the streams differ");
+            prop_assert_eq!(reserved, reserved2);
         }
     }
 

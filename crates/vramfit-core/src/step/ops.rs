@@ -211,21 +211,33 @@ pub(super) fn base_linear_of_slice(
     let y = new(g, odt, mul(rows, out_features)?)?;
     // The weight's gradient needs the input, the input's gradient needs the weight: each is
     // saved only when that gradient is made.
-    let mut saved = Vec::with_capacity(2);
+    // (On the stack: a linear is the commonest op.)
+    let mut saved = [xc.id; 2];
+    let mut n_saved = 0;
     if g.param(w).trains {
-        saved.push(xc.id);
+        saved[n_saved] = xc.id;
+        n_saved += 1;
     }
-    if g.requires_grad(xc.id) {
-        saved.extend(wc);
+    if g.requires_grad(xc.id)
+        && let Some(t) = wc
+    {
+        saved[n_saved] = t;
+        n_saved += 1;
     }
     // The weight's gradient has the whole parameter's shape (for MoE experts, all of them).
     let w_numel = g.param(w).numel;
     let xc_grad = if copied { xc.bytes() } else { x_grad.unwrap_or(xc.bytes()) };
-    let mut grads = vec![Grad::New(xc.id, xc_grad), Grad::ParamCast(w, mul(w_numel, odt.size())?)];
-    if let Some(b) = bias {
-        grads.push(Grad::ParamCast(b, mul(out_features, odt.size())?));
-    }
-    g.record(&[y.id], &saved, &grads);
+    let x_and_w = [Grad::New(xc.id, xc_grad), Grad::ParamCast(w, mul(w_numel, odt.size())?)];
+    let with_bias;
+    let grads: &[Grad] = match bias {
+        Some(b) => {
+            with_bias =
+                [x_and_w[0], x_and_w[1], Grad::ParamCast(b, mul(out_features, odt.size())?)];
+            &with_bias
+        }
+        None => &x_and_w,
+    };
+    g.record(&[y.id], &saved[..n_saved], grads);
     if w_temp && let Some(t) = wc {
         g.drop(t);
     }
