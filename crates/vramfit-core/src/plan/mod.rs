@@ -32,7 +32,7 @@ use crate::units::Bytes;
 pub use cost::Cost;
 pub use lever::{Config, GpuFacts, Lever, MathNote, Setting};
 pub use remedies::{Remedy, remedies};
-pub use search::plan;
+pub use search::{plan, plan_without_activation_bound};
 
 /// What to plan for.
 #[derive(Debug, Clone)]
@@ -141,6 +141,10 @@ pub struct SearchStats {
     pub pruned: u64,
     /// Lever configurations.
     pub configurations: u64,
+    /// Simulations of the step's own tensors (activations, temporaries), each shared by the
+    /// configurations that compute alike and differ only in strategy, offload, optimizer or
+    /// allocator settings (not candidates: they bound them).
+    pub activation_simulations: u64,
 }
 
 /// What it would take when nothing fits.
