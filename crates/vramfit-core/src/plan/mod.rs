@@ -11,9 +11,12 @@
 //! The search is built to be fast on large models (a benchmark holds it to it): per
 //! configuration of the levers, the largest fitting micro-batch is found by a binary search
 //! (memory grows with the micro-batch), a configuration whose model states alone overflow the
-//! card is pruned without a simulation, a candidate whose allocated peak overflows it is
-//! refused before the caching allocator is replayed, and configurations are visited cheapest
-//! first so that the search stops once no cheaper plan can remain.
+//! card is pruned without a simulation, the peak of the step's own tensors (activations,
+//! temporaries) is simulated once for all the configurations that compute alike and differ
+//! only in strategy, offload, optimizer or allocator settings and bounds each of them, a
+//! candidate whose allocated peak overflows the card is refused before the caching allocator
+//! is replayed, and configurations are visited cheapest first so that the search stops once no
+//! cheaper plan can remain.
 
 pub mod cost;
 pub mod lever;
