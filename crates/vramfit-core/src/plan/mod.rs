@@ -139,8 +139,10 @@ pub struct SearchStats {
     /// Of those, replayed through the caching allocator too (the rest were refused on their
     /// allocated peak alone).
     pub replayed: u64,
-    /// Candidates decided without a simulation: by the model-states bound, by monotonicity in
-    /// the micro-batch, or because no cheaper plan could remain.
+    /// Candidates decided without a simulation of their own: by the model-states bound, by
+    /// the activation bound (simulations shared by many configurations, counted in
+    /// `activation_simulations`), by monotonicity in the micro-batch, or because no cheaper
+    /// plan could remain.
     pub pruned: u64,
     /// Lever configurations.
     pub configurations: u64,
