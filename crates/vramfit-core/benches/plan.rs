@@ -126,9 +126,30 @@ fn main() {
     ];
     // `cargo bench -p vramfit-core --bench plan -- 8b` runs the cases whose model matches.
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    // `--once`: one search per case and its counts, no timing (for an instruction count, e.g.
+    // under `valgrind --tool=callgrind`, which does not depend on the machine's load);
+    // `--once --before`: the search without the activation bound, as it was before it;
+    // `--once --compare`: both, and their plans compared.
+    let once = std::env::args().any(|a| a == "--once");
     for case in cases.iter().filter(|c| filter.iter().all(|f| c.model.contains(f.as_str()))) {
         let spec = spec(case.model);
         let req = request(&spec, case);
+        if once {
+            let before = std::env::args().any(|a| a == "--before");
+            let search = if before { plan::plan_without_activation_bound } else { plan::plan };
+            let out = search(&req).expect("plan");
+            println!("plan {}: {:?}", case.label, out.stats);
+            if std::env::args().any(|a| a == "--compare") {
+                // The same plans, closest misses and requirement as the search without the
+                // activation bound.
+                let other = plan::plan_without_activation_bound(&req).expect("plan");
+                assert_eq!(out.plans, other.plans, "{}", case.label);
+                assert_eq!(out.closest, other.closest, "{}", case.label);
+                assert_eq!(out.requirement, other.requirement, "{}", case.label);
+                println!("  the same plans as without the activation bound: {:?}", other.stats);
+            }
+            continue;
+        }
         // The anchor: one full estimate (with the allocator replay) of the user's setup.
         let device = Device {
             allocator: Some(AllocConf::DEFAULT),
@@ -142,12 +163,13 @@ fn main() {
         let s = out.stats;
         println!("plan {}", case.label);
         println!(
-            "  {} candidates ({} configurations × micro-batches): {} simulated ({} through the allocator), {} pruned; {} plans, {} closest misses",
+            "  {} candidates ({} configurations × micro-batches): {} simulated ({} through the allocator), {} pruned; {} simulations of the activations (each shared by the configurations that compute alike); {} plans, {} closest misses",
             s.candidates,
             s.configurations,
             s.simulated,
             s.replayed,
             s.pruned,
+            s.activation_simulations,
             out.plans.len(),
             out.closest.len()
         );

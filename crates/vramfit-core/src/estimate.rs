@@ -387,6 +387,83 @@ pub(crate) fn peak_lower_bound(
     workspaces.saturating_add(states.total.get().max(at_loss))
 }
 
+/// The most bytes the step's own tensors hold at once while it runs forward, loss and
+/// backward: what autograd saves (and checkpointing keeps), the temporaries of the ops and of
+/// backward's gradients until they land in `.grad` or a strategy's buffer, and autocast's
+/// casts — everything but the parameters, gradients, optimizer state, workspaces and what a
+/// strategy allocates. (A planner's activation bound: see [`peak_lower_bound_with`].)
+///
+/// These tensors are the model's program: the strategy and its offload act only at the layer
+/// boundaries, on parameters and gradients, so every setup that computes in the same dtypes
+/// (the parameters' and autocast, [`crate::parallel::Dtypes`]) with the same micro-batch,
+/// sequence, attention, checkpointing, loss and adapters has the same stream of them, and one
+/// simulation serves all its strategies, offloads and optimizers. Strategies that allocate
+/// temporaries of their own in the forward or backward (FSDP's all-gather inputs) only add to
+/// that stream; a setup whose strategy is `None`, DDP or ZeRO allocates none.
+pub(crate) fn activation_peak(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    device: &Device,
+) -> Result<u64, EstimateError> {
+    check_setup(setup)?;
+    let layout = spec.parameter_layout();
+    crate::peft::check(&layout, setup)?;
+    crate::parallel::fsdp_padding(spec, &layout, setup)?;
+    let mut own = OwnTensors::default();
+    simulate(spec, setup, device, vec![&mut own])?;
+    Ok(own.peak)
+}
+
+/// The high-water mark of the step's own tensors (activations, temporaries, autocast's
+/// cache) in the forward, loss and backward.
+#[derive(Default)]
+struct OwnTensors {
+    peak: u64,
+}
+
+impl StreamObserver for OwnTensors {
+    fn observe(
+        &mut self,
+        _event: crate::timeline::StreamEvent,
+        state: crate::timeline::StreamState<'_>,
+    ) {
+        if state.phase == Phase::OptimizerStep {
+            return;
+        }
+        let live = state.live;
+        let own = live[Component::Activations as usize]
+            + live[Component::Temporaries as usize]
+            + live[Component::AutocastCache as usize];
+        self.peak = self.peak.max(own);
+    }
+}
+
+/// A lower bound of the step's allocated peak from its model states and the peak of its own
+/// tensors ([`activation_peak`] of a setup with the same activations): while those peak, in
+/// the forward, loss or backward of the last micro-batch, the rank holds its parameters (the
+/// resident ones and a strategy's flat buffers and master copies), its optimizer state (the
+/// steady state has it), on one GPU and under DDP the gradients accumulated by the earlier
+/// micro-batches, and the workspaces. Never below [`peak_lower_bound`].
+pub(crate) fn peak_lower_bound_with(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    device: &Device,
+    states: &ModelStates,
+    activations: u64,
+) -> u64 {
+    let workspaces = device.workspaces.iter().fold(0u64, |a, &w| a.saturating_add(w));
+    // One GPU and DDP accumulate into the `.grad`s (and DDP's buckets, kept for the run);
+    // ZeRO's and FSDP's gradient states count buffers that exist only at the step.
+    let accumulated = setup.grad_accum > 1 && !setup.parallel.strategy.owns_mixed_precision();
+    let grads = if accumulated { states.gradients.get() } else { 0 };
+    let during = workspaces
+        .saturating_add(states.parameters.get())
+        .saturating_add(states.optimizer_state.get())
+        .saturating_add(grads)
+        .saturating_add(activations);
+    during.max(peak_lower_bound(spec, setup, device, states))
+}
+
 /// The optimizer state a paged optimizer keeps in CUDA managed memory, which the estimate's
 /// peak leaves out (it stays on the GPU until memory runs short, then pages to the host).
 pub(crate) fn paged_state_bytes(

@@ -11,9 +11,12 @@
 //! The search is built to be fast on large models (a benchmark holds it to it): per
 //! configuration of the levers, the largest fitting micro-batch is found by a binary search
 //! (memory grows with the micro-batch), a configuration whose model states alone overflow the
-//! card is pruned without a simulation, a candidate whose allocated peak overflows it is
-//! refused before the caching allocator is replayed, and configurations are visited cheapest
-//! first so that the search stops once no cheaper plan can remain.
+//! card is pruned without a simulation, the peak of the step's own tensors (activations,
+//! temporaries) is simulated once for all the configurations that compute alike and differ
+//! only in strategy, offload, optimizer or allocator settings and bounds each of them, a
+//! candidate whose allocated peak overflows the card is refused before the caching allocator
+//! is replayed, and configurations are visited cheapest first so that the search stops once no
+//! cheaper plan can remain.
 
 pub mod cost;
 pub mod lever;
@@ -32,7 +35,7 @@ use crate::units::Bytes;
 pub use cost::Cost;
 pub use lever::{Config, GpuFacts, Lever, MathNote, Setting};
 pub use remedies::{Remedy, remedies};
-pub use search::plan;
+pub use search::{plan, plan_without_activation_bound};
 
 /// What to plan for.
 #[derive(Debug, Clone)]
@@ -136,11 +139,17 @@ pub struct SearchStats {
     /// Of those, replayed through the caching allocator too (the rest were refused on their
     /// allocated peak alone).
     pub replayed: u64,
-    /// Candidates decided without a simulation: by the model-states bound, by monotonicity in
-    /// the micro-batch, or because no cheaper plan could remain.
+    /// Candidates decided without a simulation of their own: by the model-states bound, by
+    /// the activation bound (simulations shared by many configurations, counted in
+    /// `activation_simulations`), by monotonicity in the micro-batch, or because no cheaper
+    /// plan could remain.
     pub pruned: u64,
     /// Lever configurations.
     pub configurations: u64,
+    /// Simulations of the step's own tensors (activations, temporaries), each shared by the
+    /// configurations that compute alike and differ only in strategy, offload, optimizer or
+    /// allocator settings (not candidates: they bound them).
+    pub activation_simulations: u64,
 }
 
 /// What it would take when nothing fits.

@@ -27,7 +27,21 @@ const CLOSEST: usize = 3;
 
 /// Searches the setups that keep the global batch and sequence length for those that fit.
 pub fn plan(req: &PlanRequest<'_>) -> Result<PlanOutcome, PlanError> {
+    plan_with(req, true)
+}
+
+/// [`plan`] without the activation bound: the search as it was before it, which decided every
+/// configuration it visited by simulating it. The same plans, slower: for comparison (a test
+/// holds the two to the same plans; `cargo bench -p vramfit-core --bench plan -- --once
+/// --before` counts its work).
+pub fn plan_without_activation_bound(req: &PlanRequest<'_>) -> Result<PlanOutcome, PlanError> {
+    plan_with(req, false)
+}
+
+/// [`plan`], with the activation bound (`fast`) or without it.
+fn plan_with(req: &PlanRequest<'_>, fast: bool) -> Result<PlanOutcome, PlanError> {
     let mut search = Search::new(req)?;
+    search.fast = fast;
     let configs = search.configurations()?;
     search.run(configs)
 }
@@ -35,6 +49,7 @@ pub fn plan(req: &PlanRequest<'_>) -> Result<PlanOutcome, PlanError> {
 /// One lever configuration that survived the model-states bound.
 struct Survivor {
     config: Config,
+    states: crate::estimate::ModelStates,
     optimistic: f64,
     changes: usize,
     /// How many of the micro-batches (the smallest ones) the lower bound lets through.
@@ -76,7 +91,10 @@ impl Ord for Queued {
 /// was searched, the largest micro-batch that passed.
 struct Entry {
     config: Config,
+    states: crate::estimate::ModelStates,
     touched: Vec<bool>,
+    /// The largest micro-batch the activation bound lets through, once computed.
+    bounded: Option<usize>,
     top: Option<usize>,
 }
 
@@ -109,6 +127,9 @@ impl StatesKey {
 struct Miss {
     config: Config,
     device_at_least: u64,
+    /// `device_at_least` is the activation bound at the smallest micro-batch, where a search
+    /// without it has the allocated peak: refined to it when the misses are ranked.
+    refine: bool,
 }
 
 pub(super) struct Search<'r, 'a> {
@@ -126,6 +147,11 @@ pub(super) struct Search<'r, 'a> {
     /// Allocated peaks (plus context) by setup: the allocator settings do not change them, so
     /// configurations that differ only there share the simulation.
     allocated: HashMap<TrainSetup, u64>,
+    /// The peaks of the step's own tensors ([`crate::estimate::activation_peak`]) by the
+    /// setup that represents all those with the same activations ([`representative`]).
+    own: HashMap<TrainSetup, Option<u64>>,
+    /// Whether to decide configurations by the activation bound before simulating them.
+    fast: bool,
     pub(super) baseline: Baseline,
     stats: SearchStats,
 }
@@ -172,6 +198,8 @@ impl<'r, 'a> Search<'r, 'a> {
             reference_seconds: 0.0,
             trainable: HashMap::new(),
             allocated: HashMap::new(),
+            own: HashMap::new(),
+            fast: true,
             baseline: Baseline { estimate, verdict, step_seconds: None },
             user,
             stats: SearchStats::default(),
@@ -278,7 +306,7 @@ impl<'r, 'a> Search<'r, 'a> {
             });
             let Some(known) = *known else {
                 self.stats.pruned += m;
-                misses.push(Miss { config, device_at_least: u64::MAX });
+                misses.push(Miss { config, device_at_least: u64::MAX, refine: false });
                 continue;
             };
             // The micro-batches whose lower bound fits (the bound grows with the micro-batch).
@@ -291,7 +319,7 @@ impl<'r, 'a> Search<'r, 'a> {
             self.stats.pruned += m - limit as u64;
             if limit == 0 {
                 let device_at_least = bound(&self, 0);
-                misses.push(Miss { config, device_at_least });
+                misses.push(Miss { config, device_at_least, refine: false });
                 continue;
             }
             let largest = self.at(&config, self.micros[limit - 1]);
@@ -300,7 +328,7 @@ impl<'r, 'a> Search<'r, 'a> {
             let changes = self.changes(&largest).len();
             let optimistic =
                 cost::ranking_cost(self.seconds(&largest) / self.reference_seconds, changes);
-            survivors.push(Survivor { config, optimistic, changes, limit });
+            survivors.push(Survivor { config, states: known, optimistic, changes, limit });
         }
         // Best first: the configuration with the lowest bound on its cost is taken next. Its
         // first bound assumes the largest micro-batch the model-states bound lets through; a
@@ -311,7 +339,13 @@ impl<'r, 'a> Search<'r, 'a> {
         for (id, s) in survivors.into_iter().enumerate() {
             queue.push(Reverse(Queued { bound: s.optimistic, changes: s.changes, id }));
             let touched = vec![false; s.limit];
-            entries.push(Entry { config: s.config, touched, top: None });
+            entries.push(Entry {
+                config: s.config,
+                states: s.states,
+                touched,
+                bounded: None,
+                top: None,
+            });
         }
         let mut frontier: Vec<Plan> = Vec::new();
         while let Some(Reverse(q)) = queue.pop() {
@@ -324,24 +358,46 @@ impl<'r, 'a> Search<'r, 'a> {
             }
             let entry = &mut entries[q.id];
             let config = entry.config.clone();
+            let states = entry.states;
             let mut touched = std::mem::take(&mut entry.touched);
             match entry.top {
-                None => match self.largest_by_allocated(&config, &mut touched) {
-                    Err(device_at_least) => {
-                        self.count(&touched);
-                        misses.push(Miss { config, device_at_least });
+                None if self.fast && entry.bounded.is_none() => {
+                    match self.largest_by_bound(&config, &states, touched.len()) {
+                        Err(device_at_least) => {
+                            self.count(&touched);
+                            misses.push(Miss { config, device_at_least, refine: true });
+                        }
+                        Ok(bounded) => {
+                            // No micro-batch above `bounded` can fit; the cheapest of those up
+                            // to it bounds the cost of whichever is the largest that fits.
+                            let (bound, changes) = self.cheapest_up_to(&config, bounded);
+                            let entry = &mut entries[q.id];
+                            entry.bounded = Some(bounded);
+                            entry.touched = touched;
+                            queue.push(Reverse(Queued { bound, changes, id: q.id }));
+                        }
                     }
-                    Ok(top) => {
-                        let c = self.at(&config, self.micros[top]);
-                        let changes = self.changes(&c).len();
-                        let bound =
-                            cost::ranking_cost(self.seconds(&c) / self.reference_seconds, changes);
-                        let entry = &mut entries[q.id];
-                        entry.top = Some(top);
-                        entry.touched = touched;
-                        queue.push(Reverse(Queued { bound, changes, id: q.id }));
+                }
+                None => {
+                    match self.largest_by_allocated_from(&config, entry.bounded, &mut touched) {
+                        Err(device_at_least) => {
+                            self.count(&touched);
+                            misses.push(Miss { config, device_at_least, refine: false });
+                        }
+                        Ok(top) => {
+                            let c = self.at(&config, self.micros[top]);
+                            let changes = self.changes(&c).len();
+                            let bound = cost::ranking_cost(
+                                self.seconds(&c) / self.reference_seconds,
+                                changes,
+                            );
+                            let entry = &mut entries[q.id];
+                            entry.top = Some(top);
+                            entry.touched = touched;
+                            queue.push(Reverse(Queued { bound, changes, id: q.id }));
+                        }
                     }
-                },
+                }
                 Some(top) => {
                     self.fit_from(config, top, &mut touched, &mut frontier, &mut misses);
                     self.count(&touched);
@@ -374,6 +430,104 @@ impl<'r, 'a> Search<'r, 'a> {
         let mut costs: Vec<f64> = frontier.iter().map(|p| p.cost.cost).collect();
         costs.sort_by(f64::total_cmp);
         optimistic > costs[top - 1] * (1.0 + EPS)
+    }
+
+    /// The largest micro-batch of `config` below `limit` (an index into the micro-batches)
+    /// whose activation bound fits, by binary search (the bound grows with the micro-batch):
+    /// none above it can fit. `Err`: none fits, with the bound at the smallest.
+    fn largest_by_bound(
+        &mut self,
+        config: &Config,
+        states: &crate::estimate::ModelStates,
+        limit: usize,
+    ) -> Result<usize, u64> {
+        let usable = self.req.budget.usable().get();
+        let (mut fitting, mut lo, mut hi) = (None::<usize>, 0usize, limit);
+        let mut smallest = u64::MAX;
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let at_least = self.activation_bound(config, states, self.micros[mid]);
+            if mid == 0 {
+                smallest = at_least;
+            }
+            if at_least <= usable {
+                fitting = Some(mid);
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        fitting.ok_or(smallest)
+    }
+
+    /// The device use `config` at `micro` needs at least: its model states (`states`) and
+    /// the peak of its own tensors, from one simulation shared by every configuration with the
+    /// same activations ([`representative`]), with the context.
+    fn activation_bound(
+        &mut self,
+        config: &Config,
+        states: &crate::estimate::ModelStates,
+        micro: u64,
+    ) -> u64 {
+        let req = self.req;
+        let c = self.at(config, micro);
+        let device = device(req, &c);
+        let own = match representative(&c.setup) {
+            Some(r) => match self.own.get(&r) {
+                Some(&known) => known,
+                None => {
+                    let alone = Device { allocator: None, workspaces: &[], ..Device::CUDA };
+                    let peak = crate::estimate::activation_peak(req.spec, &r, &alone).ok();
+                    self.stats.activation_simulations += 1;
+                    self.own.insert(r, peak);
+                    peak
+                }
+            },
+            None => None,
+        };
+        let bound = match own {
+            Some(own) => {
+                crate::estimate::peak_lower_bound_with(req.spec, &c.setup, &device, states, own)
+            }
+            None => crate::estimate::peak_lower_bound(req.spec, &c.setup, &device, states),
+        };
+        bound.saturating_add(req.budget.cuda_context.get())
+    }
+
+    /// The lowest cost bound of `config` at the micro-batches up to index `last`, and its
+    /// changes.
+    fn cheapest_up_to(&mut self, config: &Config, last: usize) -> (f64, usize) {
+        let mut best = (f64::INFINITY, usize::MAX);
+        for i in 0..=last {
+            let c = self.at(config, self.micros[i]);
+            let changes = self.changes(&c).len();
+            let bound = cost::ranking_cost(self.seconds(&c) / self.reference_seconds, changes);
+            if bound < best.0 || (bound == best.0 && changes < best.1) {
+                best = (bound, changes);
+            }
+        }
+        best
+    }
+
+    /// The largest micro-batch of `config` whose allocated peak fits: with the activation
+    /// bound's largest (`bounded`), that one first (usually the answer), then a binary search
+    /// below it; without, a binary search over all those `touched` covers.
+    fn largest_by_allocated_from(
+        &mut self,
+        config: &Config,
+        bounded: Option<usize>,
+        touched: &mut [bool],
+    ) -> Result<usize, u64> {
+        let Some(top) = bounded else { return self.largest_by_allocated(config, touched) };
+        let at_least = self.allocated_device_use(config, self.micros[top]);
+        touched[top] = true;
+        if at_least <= self.req.budget.usable().get() {
+            return Ok(top);
+        }
+        if top == 0 {
+            return Err(at_least);
+        }
+        self.largest_by_allocated(config, &mut touched[..top])
     }
 
     /// The largest micro-batch of `config` whose allocated peak fits (an index into the
@@ -450,7 +604,7 @@ impl<'r, 'a> Search<'r, 'a> {
             return;
         }
         if let Some(device_at_least) = closest_miss {
-            misses.push(Miss { config, device_at_least });
+            misses.push(Miss { config, device_at_least, refine: false });
         }
     }
 
@@ -604,20 +758,37 @@ impl<'r, 'a> Search<'r, 'a> {
                 c.alloc.expandable_segments,
             )
         };
-        misses.sort_by(|a, b| {
-            a.device_at_least
-                .cmp(&b.device_at_least)
-                .then_with(|| frugality(&b.config).cmp(&frugality(&a.config)))
-        });
+        // In order of the device use they need at least, the most frugal first; a figure that
+        // is the activation bound is replaced by the allocated peak when it comes first (the
+        // peak is never below it), so only the misses that can come first are simulated.
+        let mut order: BinaryHeap<Reverse<Ranked>> = misses
+            .iter()
+            .enumerate()
+            .map(|(i, m)| Reverse((m.device_at_least, Reverse(frugality(&m.config)), i)))
+            .collect();
         let mut seen: Vec<StatesKey> = Vec::new();
-        misses.retain(|m| {
-            let key = StatesKey::of(&m.config.setup);
-            let new = !seen.contains(&key);
-            if new {
-                seen.push(key);
+        let mut ranked: Vec<usize> = Vec::new();
+        while let Some(Reverse((_, frugal, i))) = order.pop() {
+            if ranked.len() == CLOSEST {
+                break;
             }
-            new
-        });
+            if misses[i].refine {
+                misses[i].refine = false;
+                let config = misses[i].config.clone();
+                misses[i].device_at_least = self.allocated_device_use(&config, self.micros[0]);
+                self.stats.pruned -= 1;
+                self.stats.simulated += 1;
+                order.push(Reverse((misses[i].device_at_least, frugal, i)));
+                continue;
+            }
+            let key = StatesKey::of(&misses[i].config.setup);
+            if !seen.contains(&key) {
+                seen.push(key);
+                ranked.push(i);
+            }
+        }
+        let mut taken: Vec<Option<Miss>> = misses.into_iter().map(Some).collect();
+        let misses: Vec<Miss> = ranked.into_iter().filter_map(|i| taken[i].take()).collect();
         // The full estimates (each a caching-allocator replay, the search's largest cost when
         // nothing fits) are independent: one thread each; the order of the results is the
         // misses' order, as one after the other.
@@ -701,6 +872,38 @@ impl<'r, 'a> Search<'r, 'a> {
         None
     }
 }
+
+/// The setup whose simulation gives the peak of `setup`'s own tensors
+/// ([`crate::estimate::activation_peak`]) for every setup with the same activations: one
+/// micro-batch, AdamW, and one GPU where that computes in the same dtypes, else ZeRO-1 over the
+/// same GPUs without offload (the framework's mixed precision; ZeRO allocates no temporaries
+/// in the forward or backward). `None` where neither computes as `setup` does or ZeRO-1 does
+/// not run it (pure bf16): the search then simulates.
+pub(super) fn representative(setup: &TrainSetup) -> Option<TrainSetup> {
+    use crate::parallel::{Dtypes, Offload, Parallel, Strategy};
+    let defaults = TrainSetup::default();
+    let mut r = TrainSetup {
+        grad_accum: 1,
+        optimizer: crate::setup::Optimizer::Adamw,
+        optimizer_state_dtype: None,
+        optimizer_impl: defaults.optimizer_impl,
+        parallel: Parallel::default(),
+        ..setup.clone()
+    };
+    let (own, single) = (Dtypes::of(setup), Dtypes::of(&r));
+    if (own.compute, own.autocast) == (single.compute, single.autocast) {
+        return Some(r);
+    }
+    r.parallel = Parallel { strategy: Strategy::Zero1, offload: Offload::None, ..setup.parallel };
+    let zero = Dtypes::of(&r);
+    ((own.compute, own.autocast) == (zero.compute, zero.autocast)
+        && crate::parallel::check(&r).is_ok())
+    .then_some(r)
+}
+
+/// A miss in the order of the closest: the device use it needs at least, its frugality
+/// (reversed: the most frugal first), its index.
+type Ranked = (u64, Reverse<(u64, bool, bool, bool)>, usize);
 
 /// The most GPUs [`Search::sharded_gpus`] tries.
 const MAX_SHARDED_GPUS: u64 = 4096;

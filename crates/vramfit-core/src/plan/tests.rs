@@ -272,4 +272,139 @@ mod bounds {
             prop_assert!(e.peak_allocated.get() <= reserved);
         }
     }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// What the search decides most configurations with: the step's own tensors peak
+        /// alike under every strategy and offload that computes in the same dtypes (FSDP's
+        /// all-gather inputs only add to them), so the representative's simulation, with the
+        /// model states, bounds the allocated peak of each.
+        #[test]
+        fn the_activation_bound_holds_under_every_strategy(
+            m in 0usize..31,
+            micro in 1u64..4,
+            accum in 1u64..3,
+            precision in prop::sample::select(vec![Precision::Fp32, Precision::Bf16Mixed, Precision::Fp16Mixed]),
+            optimizer in prop::sample::select(Optimizer::ALL.to_vec()),
+            attention in prop::sample::select(Attention::ALL.to_vec()),
+            checkpointing in prop::sample::select(vec![Checkpointing::None, Checkpointing::Full, Checkpointing::Every(2)]),
+            loss in prop::sample::select(LossKernel::ALL.to_vec()),
+            lora in any::<bool>(),
+            strategy in prop::sample::select(crate::parallel::Strategy::ALL.to_vec()),
+            offload in prop::sample::select(crate::parallel::Offload::ALL.to_vec()),
+            gpus in prop::sample::select(vec![2u64, 4]),
+        ) {
+            use crate::parallel::Strategy;
+            let names = crate::catalog::names();
+            let spec = super::spec(names[m % names.len()]);
+            let mut setup = TrainSetup {
+                micro_batch: micro,
+                seq_len: 128,
+                precision,
+                optimizer,
+                attention,
+                checkpointing,
+                loss,
+                lora: lora.then(super::super::lever::default_lora),
+                grad_accum: accum,
+                ..TrainSetup::default()
+            };
+            if strategy != Strategy::None {
+                setup.parallel.gpus_per_node = gpus;
+            }
+            if strategy == Strategy::Hsdp {
+                setup.parallel.nodes = 2;
+            }
+            setup.parallel.strategy = strategy;
+            setup.parallel.offload = offload;
+            let config = super::super::Config { setup: setup.clone(), alloc: crate::allocator::AllocConf::DEFAULT };
+            prop_assume!(super::super::lever::compatible(&config));
+            let Ok(e) = crate::estimate::estimate_on(&spec, &setup, &Device::CUDA) else {
+                return Ok(());
+            };
+            let Some(r) = super::super::search::representative(&setup) else { return Ok(()) };
+            let alone = Device { allocator: None, workspaces: &[], ..Device::CUDA };
+            let own = crate::estimate::activation_peak(&spec, &r, &alone).unwrap();
+            let states = crate::estimate::model_states_on(&spec, &setup, &Device::CUDA).unwrap().0;
+            let bound =
+                crate::estimate::peak_lower_bound_with(&spec, &setup, &Device::CUDA, &states, own);
+            prop_assert!(bound <= e.peak_allocated.get(), "{} > {}", bound, e.peak_allocated);
+            // Its own tensors are the representative's, whatever the strategy, offload,
+            // optimizer and accumulation, but for FSDP's all-gather inputs.
+            let mine = crate::estimate::activation_peak(&spec, &setup, &alone).unwrap();
+            if strategy.is_fsdp() {
+                prop_assert!(mine >= own);
+            } else {
+                prop_assert_eq!(mine, own);
+            }
+        }
+    }
+}
+
+/// The activation bound decides most configurations without simulating them; the plans, the
+/// closest misses and what it would take are those of the search without it (which
+/// simulated every configuration it visited), on one GPU and sharded over several, when
+/// plans fit and when nothing does.
+#[test]
+fn the_activation_bound_changes_no_plan() {
+    fn on<'a>(
+        spec: &'a ModelSpec,
+        gpu: &str,
+        setup: TrainSetup,
+        global: u64,
+        gpus: u64,
+    ) -> PlanRequest<'a> {
+        let mut req = request(spec, gpu, setup, global);
+        if gpus > 1 {
+            req.setup.parallel.gpus_per_node = gpus;
+            req.setup.parallel.strategy = crate::parallel::Strategy::Ddp;
+            req.data_parallel = gpus;
+        }
+        req
+    }
+    let gpt2 = spec("gpt2");
+    let llama = spec("llama-3.2-1b");
+    let small = TrainSetup {
+        micro_batch: 1,
+        seq_len: 1024,
+        precision: Precision::Fp32,
+        attention: Attention::Eager,
+        ..TrainSetup::default()
+    };
+    let mut lora = on(
+        &llama,
+        "rtx-3080",
+        TrainSetup { micro_batch: 8, seq_len: 2048, ..TrainSetup::default() },
+        8,
+        1,
+    );
+    lora.constraints.allow = vec![Lever::Lora];
+    let cases = [
+        ("the forum thread", on(&gpt2, "rtx-3080", forum(), 16, 1)),
+        ("LoRA allowed, one GPU", lora),
+        ("sharded over 4 GPUs", on(&gpt2, "2500MiB", small.clone(), 32, 4)),
+        ("nothing fits on one GPU", on(&gpt2, "1500MiB", small, 8, 1)),
+    ];
+    let mut refined = false;
+    for (label, req) in &cases {
+        let fast = plan(req).unwrap();
+        let before = plan_without_activation_bound(req).unwrap();
+        assert_eq!(fast.baseline, before.baseline, "{label}");
+        assert_eq!(fast.plans, before.plans, "{label}");
+        assert_eq!(fast.closest, before.closest, "{label}");
+        assert_eq!(fast.requirement, before.requirement, "{label}");
+        let (f, b) = (fast.stats, before.stats);
+        assert_eq!((f.candidates, f.configurations), (b.candidates, b.configurations), "{label}");
+        assert_eq!(f.candidates, f.simulated + f.pruned, "{label}");
+        assert!(f.simulated < b.simulated, "{label}: {f:?} against {b:?}");
+        assert_eq!(b.activation_simulations, 0, "{label}");
+        refined |= !fast.closest.is_empty();
+        eprintln!("{label}: {f:?}\n  before {b:?}");
+    }
+    assert!(refined, "a case where nothing fits");
+    // The sharded case's plans shard.
+    let sharded = plan(&cases[2].1).unwrap();
+    assert!(!sharded.plans.is_empty());
+    assert!(sharded.plans.iter().any(|p| p.config.setup.parallel.strategy.shards_parameters()));
 }
