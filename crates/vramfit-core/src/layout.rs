@@ -455,6 +455,80 @@ mod tests {
         );
     }
 
+    /// Qwen-MoE's layers: the router, the experts, the gated shared expert (Qwen2-MoE); the
+    /// layers `mlp_only_layers` names or `decoder_sparse_step` skips have the dense MLP. The
+    /// counts are transformers 5.24's (`AutoModelForCausalLM.from_config` on the meta device
+    /// with these overrides).
+    #[test]
+    fn qwen_moe_layers_count_as_transformers_does() {
+        use serde_json::json;
+        check_layer_names(
+            "qwen1.5-moe-a2.7b",
+            &[],
+            &[
+                "input_layernorm.weight",
+                "q_proj.weight",
+                "q_proj.bias",
+                "k_proj.weight",
+                "k_proj.bias",
+                "v_proj.weight",
+                "v_proj.bias",
+                "o_proj.weight",
+                "post_attention_layernorm.weight",
+                "router.weight",
+                "experts.gate_up_proj",
+                "experts.down_proj",
+                "shared_expert.gate_proj.weight",
+                "shared_expert.up_proj.weight",
+                "shared_expert.down_proj.weight",
+                "shared_expert_gate.weight",
+            ],
+        );
+        for (name, overrides, dense, expected) in [
+            (
+                "qwen1.5-moe-a2.7b",
+                vec![("num_hidden_layers", json!(3)), ("mlp_only_layers", json!([1]))],
+                vec![1],
+                1_814_843_392,
+            ),
+            (
+                "qwen3-30b-a3b",
+                vec![
+                    ("num_hidden_layers", json!(4)),
+                    ("decoder_sparse_step", json!(2)),
+                    ("mlp_only_layers", json!([3])),
+                ],
+                vec![0, 2, 3],
+                1_415_334_912,
+            ),
+            (
+                "qwen3-30b-a3b",
+                vec![("num_hidden_layers", json!(2)), ("num_experts", json!(8))],
+                vec![],
+                735_619_584,
+            ),
+            (
+                "qwen1.5-moe-a2.7b",
+                vec![
+                    ("num_hidden_layers", json!(2)),
+                    ("num_experts", json!(8)),
+                    ("qkv_bias", json!(false)),
+                ],
+                vec![],
+                863_549_440,
+            ),
+        ] {
+            let s = spec(name, &overrides);
+            assert_eq!(s.dense_mlp_layers, dense, "{name} {overrides:?}");
+            assert_eq!(s.parameter_count(), expected, "{name} {overrides:?}");
+            let layout = s.parameter_layout();
+            for l in 0..s.n_layers {
+                let routed = layout.layer_decls(l).iter().any(|d| d.slot == super::Slot::Router);
+                assert_eq!(routed, !dense.contains(&l), "{name} layer {l}");
+            }
+        }
+    }
+
     /// `LlamaMLP` gives all three projections a bias when `mlp_bias` is set.
     #[test]
     fn llama_mlp_bias_puts_a_bias_on_every_projection() {

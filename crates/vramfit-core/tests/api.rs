@@ -48,7 +48,7 @@ fn bad_configs_get_one_line_errors_naming_the_field() {
     check_config_error("{}", "config.json lacks the field 'model_type'");
     check_config_error(
         r#"{"model_type": "mamba"}"#,
-        "unknown model_type 'mamba' (supported: llama, mistral, mixtral, qwen2, qwen3, gemma, gemma2, phi3, gpt2, gpt_neox, bert, roberta, olmo2)",
+        "unknown model_type 'mamba' (supported: llama, mistral, mixtral, qwen2, qwen3, gemma, gemma2, phi3, gpt2, gpt_neox, bert, roberta, olmo2, qwen2_moe, qwen3_moe)",
     );
     check_config_error(
         &LLAMA.replace("\"vocab_size\": 32000,", ""),
@@ -69,6 +69,19 @@ fn bad_configs_get_one_line_errors_naming_the_field() {
     check_config_error(
         &LLAMA.replace("32000", "\"many\""),
         "field 'vocab_size' must be a non-negative integer",
+    );
+    let qwen_moe = catalog::config_json("qwen3-30b-a3b").unwrap();
+    check_config_error(
+        &qwen_moe.replace("\"mlp_only_layers\": []", "\"mlp_only_layers\": 3"),
+        "field 'mlp_only_layers' must be a list of non-negative integers",
+    );
+    check_config_error(
+        &qwen_moe.replace("\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 0"),
+        "field 'decoder_sparse_step' = 0 is out of range (1..=4096)",
+    );
+    check_config_error(
+        &qwen_moe.replace("\"num_experts_per_tok\": 8", "\"num_experts_per_tok\": 129"),
+        "field 'num_experts_per_tok' = 129 is out of range (1..=128)",
     );
     check_config_error(
         &LLAMA
