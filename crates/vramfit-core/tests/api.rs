@@ -38,6 +38,38 @@ fn gpt2_aliases_are_read() {
     assert!(s.tied_embeddings);
 }
 
+/// The mixture-of-experts fields each architecture resolves (transformers 5.24's config
+/// classes and modules).
+#[test]
+fn moe_configs_resolve_their_experts() {
+    let fields = |name: &str| {
+        let s = spec(name);
+        let m = s.moe.expect("an MoE model");
+        let moe = (
+            m.experts,
+            m.top_k,
+            m.expert_intermediate_size,
+            m.norm_topk_prob,
+            m.weights_in_logits_dtype,
+            m.shared_expert_intermediate_size,
+        );
+        (moe, s.qkv_bias, s.o_bias, s.qk_norm, s.head_dim, s.dense_mlp_layers)
+    };
+    assert_eq!(
+        fields("mixtral-8x7b"),
+        ((8, 2, 14336, true, false, None), false, false, false, 128, vec![])
+    );
+    assert_eq!(
+        fields("qwen1.5-moe-a2.7b"),
+        ((60, 4, 1408, false, true, Some(5632)), true, false, false, 128, vec![])
+    );
+    assert_eq!(
+        fields("qwen3-30b-a3b"),
+        ((128, 8, 768, true, true, None), false, false, true, 128, vec![])
+    );
+    assert!(spec("llama-3.2-1b").moe.is_none());
+}
+
 #[test]
 fn bad_configs_get_one_line_errors_naming_the_field() {
     check_config_error(
