@@ -692,7 +692,7 @@ def run_case(case: dict, versions: dict) -> dict:
         notes.append("emulate=cuda (dropout, SDPA kernels, packed-sequence check and autocast lists as on CUDA)")
     elif versions.get("autocast_rules") == "cuda" and precision in ("fp16-mixed", "bf16-mixed"):
         notes.append("autocast_rules=cuda (CUDA float32 op lists emulated on the CPU autocast key)")
-    if model_type == "mixtral" and experts_impl:
+    if model_type in ("mixtral", "qwen2_moe", "qwen3_moe") and experts_impl:
         notes.append(f"experts_implementation={experts_impl}")
     if tracker.scalar_reads:
         notes.append(f"item_calls_answered_1={tracker.scalar_reads}")

@@ -47,6 +47,18 @@ pub struct RawConfig {
     pub num_local_experts: Option<u64>,
     /// `num_experts_per_tok`.
     pub num_experts_per_tok: Option<u64>,
+    /// `moe_intermediate_size` (Qwen-MoE: one expert's width).
+    pub moe_intermediate_size: Option<u64>,
+    /// `shared_expert_intermediate_size` (Qwen2-MoE).
+    pub shared_expert_intermediate_size: Option<u64>,
+    /// `norm_topk_prob` (Qwen-MoE).
+    pub norm_topk_prob: Option<bool>,
+    /// `decoder_sparse_step` (Qwen-MoE: every n-th layer is sparse).
+    pub decoder_sparse_step: Option<u64>,
+    /// `mlp_only_layers` (Qwen-MoE: layers with the dense MLP).
+    pub mlp_only_layers: Option<Vec<u64>>,
+    /// `qkv_bias` (Qwen2-MoE).
+    pub qkv_bias: Option<bool>,
     /// `attention_dropout` / `attention_probs_dropout_prob` / `attn_pdrop`.
     pub attention_dropout: Option<f64>,
     /// `hidden_dropout_prob` / `resid_pdrop` / `hidden_dropout`.
@@ -89,6 +101,16 @@ fn uint(map: &Map<String, Value>, names: &[&'static str]) -> Result<Option<u64>,
         Some(f) if f.fract() == 0.0 && (0.0..1.8e19).contains(&f) => Ok(Some(f as u64)),
         _ => Err(ConfigError::WrongType { field: name, expected: "a non-negative integer" }),
     }
+}
+
+fn uint_list(
+    map: &Map<String, Value>,
+    names: &[&'static str],
+) -> Result<Option<Vec<u64>>, ConfigError> {
+    let Some((name, v)) = field(map, names) else { return Ok(None) };
+    let wrong = ConfigError::WrongType { field: name, expected: "a list of non-negative integers" };
+    let Value::Array(items) = v else { return Err(wrong) };
+    items.iter().map(|i| i.as_u64().ok_or(wrong.clone())).collect::<Result<_, _>>().map(Some)
 }
 
 fn float(map: &Map<String, Value>, names: &[&'static str]) -> Result<Option<f64>, ConfigError> {
@@ -140,6 +162,12 @@ impl RawConfig {
             mlp_bias: boolean(map, &["mlp_bias"])?,
             num_local_experts: uint(map, &["num_local_experts", "num_experts"])?,
             num_experts_per_tok: uint(map, &["num_experts_per_tok"])?,
+            moe_intermediate_size: uint(map, &["moe_intermediate_size"])?,
+            shared_expert_intermediate_size: uint(map, &["shared_expert_intermediate_size"])?,
+            norm_topk_prob: boolean(map, &["norm_topk_prob"])?,
+            decoder_sparse_step: uint(map, &["decoder_sparse_step"])?,
+            mlp_only_layers: uint_list(map, &["mlp_only_layers"])?,
+            qkv_bias: boolean(map, &["qkv_bias"])?,
             attention_dropout: float(
                 map,
                 &["attention_dropout", "attention_probs_dropout_prob", "attn_pdrop"],

@@ -78,6 +78,10 @@ pub enum Slot {
     Router,
     /// An MLP (or expert) projection weight.
     Mlp,
+    /// A shared expert's projection weight (gate, up, down).
+    SharedExpert,
+    /// The shared expert's gate (`shared_expert_gate`, one output).
+    SharedExpertGate,
     /// Its bias.
     MlpBias,
     /// The final norm.
@@ -124,10 +128,15 @@ pub struct BufferDecl {
 pub struct ParameterLayout {
     /// Before the layers (embeddings).
     pub before: Vec<ParameterDecl>,
-    /// One layer's parameters; every layer has the same.
+    /// One layer's parameters; every layer has the same but those in `dense_layers`.
     pub layer: Vec<ParameterDecl>,
     /// Layers.
     pub n_layers: u64,
+    /// The layers of a mixture-of-experts model with the dense MLP instead of the sparse
+    /// block (ascending; empty for most models).
+    pub dense_layers: Vec<u64>,
+    /// Their parameters (empty when there is none).
+    pub dense_layer: Vec<ParameterDecl>,
     /// After the layers (final norm, head).
     pub after: Vec<ParameterDecl>,
     /// The output head is the embedding matrix.
@@ -143,15 +152,23 @@ impl ParameterLayout {
         let sum = |decls: &[ParameterDecl]| {
             decls.iter().try_fold(0u64, |a, d| a.checked_add(d.shape.numel()?))
         };
+        let dense = self.dense_layers.len() as u64;
         sum(&self.layer)?
-            .checked_mul(self.n_layers)?
+            .checked_mul(self.n_layers.checked_sub(dense)?)?
+            .checked_add(sum(&self.dense_layer)?.checked_mul(dense)?)?
             .checked_add(sum(&self.before)?)?
             .checked_add(sum(&self.after)?)
     }
 
+    /// The parameters of layer `l`.
+    pub fn layer_decls(&self, l: u64) -> &[ParameterDecl] {
+        if self.dense_layers.binary_search(&l).is_ok() { &self.dense_layer } else { &self.layer }
+    }
+
     /// Every parameter in registration order, with its layer (`None` outside the layers).
     pub fn iter(&self) -> impl Iterator<Item = (Option<u64>, &ParameterDecl)> {
-        let layers = (0..self.n_layers).flat_map(|l| self.layer.iter().map(move |d| (Some(l), d)));
+        let layers =
+            (0..self.n_layers).flat_map(|l| self.layer_decls(l).iter().map(move |d| (Some(l), d)));
         self.before
             .iter()
             .map(|d| (None, d))
@@ -185,6 +202,30 @@ fn norm(out: &mut Vec<ParameterDecl>, spec: &ModelSpec, slot: Slot, name: &'stat
     out.push(vector(name));
     if spec.norm == Norm::LayerNorm {
         out.push(vector("bias"));
+    }
+}
+
+/// The dense MLP's projections (and biases), `i` wide.
+fn dense_mlp(out: &mut Vec<ParameterDecl>, spec: &ModelSpec, h: u64, i: u64) {
+    let projections: &[(&str, &str, u64, u64)] = if !spec.gated_mlp {
+        &[("up_proj.weight", "up_proj.bias", h, i), ("down_proj.weight", "down_proj.bias", i, h)]
+    } else if spec.fused_gate_up {
+        &[
+            ("gate_up_proj.weight", "gate_up_proj.bias", h, 2 * i),
+            ("down_proj.weight", "down_proj.bias", i, h),
+        ]
+    } else {
+        &[
+            ("gate_proj.weight", "gate_proj.bias", h, i),
+            ("up_proj.weight", "up_proj.bias", h, i),
+            ("down_proj.weight", "down_proj.bias", i, h),
+        ]
+    };
+    for &(name, bias_name, rows, cols) in projections {
+        out.push(matrix(Slot::Mlp, name, rows, cols));
+        if spec.mlp_bias {
+            out.push(bias(Slot::MlpBias, bias_name, cols));
+        }
     }
 }
 
@@ -264,36 +305,33 @@ impl ModelSpec {
             norm(&mut layer, self, Slot::Sandwich, "post_attention_norm.weight", h);
             norm(&mut layer, self, Slot::Sandwich, "post_feedforward_layernorm.weight", h);
         }
+        // The attention half of a layer, shared by the sparse and the dense layers.
+        let mut dense_layer = Vec::new();
         if let Some(m) = self.moe {
-            // transformers 5 keeps each layer's experts as two 3-D parameters:
-            // gate_up_proj [E, 2I, H] and down_proj [E, H, I].
-            layer.push(matrix(Slot::Router, "router.weight", h, m.experts));
-            layer.push(matrix(Slot::Mlp, "experts.gate_up_proj", wide(m.experts, 2 * i), h));
-            layer.push(matrix(Slot::Mlp, "experts.down_proj", wide(m.experts, h), i));
-        } else {
-            let projections: &[(&str, &str, u64, u64)] = if !self.gated_mlp {
-                &[
-                    ("up_proj.weight", "up_proj.bias", h, i),
-                    ("down_proj.weight", "down_proj.bias", i, h),
-                ]
-            } else if self.fused_gate_up {
-                &[
-                    ("gate_up_proj.weight", "gate_up_proj.bias", h, 2 * i),
-                    ("down_proj.weight", "down_proj.bias", i, h),
-                ]
-            } else {
-                &[
-                    ("gate_proj.weight", "gate_proj.bias", h, i),
-                    ("up_proj.weight", "up_proj.bias", h, i),
-                    ("down_proj.weight", "down_proj.bias", i, h),
-                ]
-            };
-            for &(name, bias_name, rows, cols) in projections {
-                layer.push(matrix(Slot::Mlp, name, rows, cols));
-                if self.mlp_bias {
-                    layer.push(bias(Slot::MlpBias, bias_name, cols));
-                }
+            if !self.dense_mlp_layers.is_empty() {
+                dense_layer = layer.clone();
+                dense_mlp(&mut dense_layer, self, h, i);
             }
+            let e = m.expert_intermediate_size;
+            // transformers 5 keeps each layer's experts as two 3-D parameters, run by
+            // `grouped_mm` (no autocast: not a matmul autocast casts for):
+            // gate_up_proj [E, 2I, H] and down_proj [E, H, I]. The router is a parameter of
+            // its own module (`F.linear` on it, cast by autocast), not an `nn.Linear`.
+            layer.push(matrix(Slot::Router, "router.weight", h, m.experts));
+            let expert = |name, rows, cols| ParameterDecl {
+                matmul: false,
+                ..matrix(Slot::Mlp, name, rows, cols)
+            };
+            layer.push(expert("experts.gate_up_proj", wide(m.experts, 2 * e), h));
+            layer.push(expert("experts.down_proj", wide(m.experts, h), e));
+            if let Some(s) = m.shared_expert_intermediate_size {
+                layer.push(matrix(Slot::SharedExpert, "shared_expert.gate_proj.weight", h, s));
+                layer.push(matrix(Slot::SharedExpert, "shared_expert.up_proj.weight", h, s));
+                layer.push(matrix(Slot::SharedExpert, "shared_expert.down_proj.weight", s, h));
+                layer.push(matrix(Slot::SharedExpertGate, "shared_expert_gate.weight", h, 1));
+            }
+        } else {
+            dense_mlp(&mut layer, self, h, i);
         }
 
         let mut after = Vec::new();
@@ -369,6 +407,8 @@ impl ModelSpec {
             before,
             layer,
             n_layers: self.n_layers,
+            dense_layers: self.dense_mlp_layers.clone(),
+            dense_layer,
             after,
             tied: self.tied_embeddings,
             buffers,
@@ -413,6 +453,80 @@ mod tests {
                 "experts.down_proj",
             ],
         );
+    }
+
+    /// Qwen-MoE's layers: the router, the experts, the gated shared expert (Qwen2-MoE); the
+    /// layers `mlp_only_layers` names or `decoder_sparse_step` skips have the dense MLP. The
+    /// counts are transformers 5.24's (`AutoModelForCausalLM.from_config` on the meta device
+    /// with these overrides).
+    #[test]
+    fn qwen_moe_layers_count_as_transformers_does() {
+        use serde_json::json;
+        check_layer_names(
+            "qwen1.5-moe-a2.7b",
+            &[],
+            &[
+                "input_layernorm.weight",
+                "q_proj.weight",
+                "q_proj.bias",
+                "k_proj.weight",
+                "k_proj.bias",
+                "v_proj.weight",
+                "v_proj.bias",
+                "o_proj.weight",
+                "post_attention_layernorm.weight",
+                "router.weight",
+                "experts.gate_up_proj",
+                "experts.down_proj",
+                "shared_expert.gate_proj.weight",
+                "shared_expert.up_proj.weight",
+                "shared_expert.down_proj.weight",
+                "shared_expert_gate.weight",
+            ],
+        );
+        for (name, overrides, dense, expected) in [
+            (
+                "qwen1.5-moe-a2.7b",
+                vec![("num_hidden_layers", json!(3)), ("mlp_only_layers", json!([1]))],
+                vec![1],
+                1_814_843_392,
+            ),
+            (
+                "qwen3-30b-a3b",
+                vec![
+                    ("num_hidden_layers", json!(4)),
+                    ("decoder_sparse_step", json!(2)),
+                    ("mlp_only_layers", json!([3])),
+                ],
+                vec![0, 2, 3],
+                1_415_334_912,
+            ),
+            (
+                "qwen3-30b-a3b",
+                vec![("num_hidden_layers", json!(2)), ("num_experts", json!(8))],
+                vec![],
+                735_619_584,
+            ),
+            (
+                "qwen1.5-moe-a2.7b",
+                vec![
+                    ("num_hidden_layers", json!(2)),
+                    ("num_experts", json!(8)),
+                    ("qkv_bias", json!(false)),
+                ],
+                vec![],
+                863_549_440,
+            ),
+        ] {
+            let s = spec(name, &overrides);
+            assert_eq!(s.dense_mlp_layers, dense, "{name} {overrides:?}");
+            assert_eq!(s.parameter_count(), expected, "{name} {overrides:?}");
+            let layout = s.parameter_layout();
+            for l in 0..s.n_layers {
+                let routed = layout.layer_decls(l).iter().any(|d| d.slot == super::Slot::Router);
+                assert_eq!(routed, !dense.contains(&l), "{name} layer {l}");
+            }
+        }
     }
 
     /// `LlamaMLP` gives all three projections a bias when `mlp_bias` is set.

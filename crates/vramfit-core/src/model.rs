@@ -10,8 +10,8 @@ use std::fmt;
 use serde::Serialize;
 
 use self::architecture::{
-    BiasRule, CacheRule, ClassifierDropoutRule, EmbeddingDropoutRule, HeadDimRule, PositionRule,
-    traits,
+    BiasRule, CacheRule, ClassifierDropoutRule, EmbeddingDropoutRule, ExpertWidthRule, HeadDimRule,
+    NormTopKRule, PositionRule, traits,
 };
 use crate::hf_config::RawConfig;
 
@@ -47,11 +47,15 @@ pub enum Architecture {
     Roberta,
     /// OLMo 2 (norms after the sublayers only, q/k norms over all heads).
     Olmo2,
+    /// Qwen2-MoE / Qwen1.5-MoE (fine-grained experts and a gated shared expert).
+    Qwen2Moe,
+    /// Qwen 3 MoE (fine-grained experts, per-head q/k RMSNorm).
+    Qwen3Moe,
 }
 
 impl Architecture {
     /// Every supported architecture.
-    pub const ALL: [Architecture; 13] = [
+    pub const ALL: [Architecture; 15] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Mixtral,
@@ -65,6 +69,8 @@ impl Architecture {
         Architecture::Bert,
         Architecture::Roberta,
         Architecture::Olmo2,
+        Architecture::Qwen2Moe,
+        Architecture::Qwen3Moe,
     ];
 
     /// The `model_type` string of `config.json`.
@@ -83,6 +89,8 @@ impl Architecture {
             Architecture::Bert => "bert",
             Architecture::Roberta => "roberta",
             Architecture::Olmo2 => "olmo2",
+            Architecture::Qwen2Moe => "qwen2_moe",
+            Architecture::Qwen3Moe => "qwen3_moe",
         }
     }
 
@@ -283,13 +291,27 @@ pub struct Classifier {
     pub bias: bool,
 }
 
-/// A sparse mixture of experts.
+/// A sparse mixture of experts, as transformers 5 runs it: a router (`[experts, hidden]`,
+/// softmax in fp32, top-k), the experts as two 3-D parameters run by the `grouped_mm`
+/// experts implementation, and optionally a shared expert.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct Moe {
     /// Experts per layer.
     pub experts: u64,
     /// Experts each token is routed to.
     pub top_k: u64,
+    /// One expert's MLP width (Mixtral: `intermediate_size`; Qwen-MoE:
+    /// `moe_intermediate_size`).
+    pub expert_intermediate_size: u64,
+    /// The top-k routing weights are renormalised to sum to 1 (Mixtral always; Qwen-MoE's
+    /// `norm_topk_prob`).
+    pub norm_topk_prob: bool,
+    /// The routing weights are cast back to the router logits' dtype (Qwen-MoE: 16-bit under
+    /// autocast) rather than kept in fp32 (Mixtral).
+    pub weights_in_logits_dtype: bool,
+    /// The width of a shared expert every token goes through, scaled by
+    /// `sigmoid(shared_expert_gate(x))` (Qwen2-MoE); `None` without one.
+    pub shared_expert_intermediate_size: Option<u64>,
 }
 
 /// A transformer's shape with every default explicit. Build it with
@@ -360,6 +382,10 @@ pub struct ModelSpec {
     pub id_buffers: bool,
     /// Mixture of experts, if any.
     pub moe: Option<Moe>,
+    /// The layers of a mixture-of-experts model that have the dense MLP
+    /// (`intermediate_size` wide) instead of the sparse block, ascending: Qwen-MoE's
+    /// `mlp_only_layers` and the layers `decoder_sparse_step` skips. Empty otherwise.
+    pub dense_mlp_layers: Vec<u64>,
     /// Dropout on attention probabilities.
     pub attention_dropout: f64,
     /// Dropout on residual branches (and hidden states).
@@ -535,8 +561,11 @@ impl ModelSpec {
     /// activations (silu; GPT-2 `gelu_new`; Gemma 2 `gelu_pytorch_tanh`; BERT, NeoX `gelu`),
     /// tied embeddings (Gemma, GPT-2, BERT, RoBERTa: yes; others: no), dropouts (GPT-2 0.1,
     /// BERT/RoBERTa 0.1, others 0), NeoX `rotary_pct` 0.25 and parallel residual, Mixtral 8
-    /// experts top-2, Gemma 2 softcaps 50 / 30, BERT `type_vocab_size` 2, `use_cache` true
-    /// (decoders; BERT and RoBERTa, encoders, never build a cache).
+    /// experts top-2, Qwen2-MoE 60 experts top-4 of width 1408 with a 5632-wide shared
+    /// expert, Qwen3-MoE 128 experts top-8 of width 768 (both: `norm_topk_prob` false, every
+    /// layer sparse: `decoder_sparse_step` 1, no `mlp_only_layers`; Qwen2-MoE: `qkv_bias`
+    /// true), Gemma 2 softcaps 50 / 30, BERT `type_vocab_size` 2, `use_cache` true (decoders;
+    /// BERT and RoBERTa, encoders, never build a cache).
     pub fn resolve(raw: &RawConfig) -> Result<ModelSpec, ConfigError> {
         let model_type =
             raw.model_type.as_deref().ok_or(ConfigError::Missing { field: "model_type" })?;
@@ -619,6 +648,7 @@ impl ModelSpec {
         let bias = |rule: BiasRule, configured: Option<bool>| match rule {
             BiasRule::Always(b) => b,
             BiasRule::Config(default) => configured.unwrap_or(default),
+            BiasRule::QkvBiasFlag(default) => raw.qkv_bias.unwrap_or(default),
         };
         let qkv_bias = bias(t.qkv_bias, raw.attention_bias);
         let o_bias = bias(t.o_bias, raw.attention_bias);
@@ -649,14 +679,69 @@ impl ModelSpec {
             PositionRule::Rotary => Positions::Rotary { dims: head_dim },
         };
 
-        let moe = if t.moe {
-            let experts =
-                in_range(raw.num_local_experts.unwrap_or(8), "num_local_experts", 1, MAX_EXPERTS)?;
-            let top_k =
-                in_range(raw.num_experts_per_tok.unwrap_or(2), "num_experts_per_tok", 1, experts)?;
-            Some(Moe { experts, top_k })
-        } else {
-            None
+        let (moe, dense_mlp_layers) = match t.moe {
+            Some(rule) => {
+                let experts = in_range(
+                    raw.num_local_experts.unwrap_or(rule.experts),
+                    "num_local_experts",
+                    1,
+                    MAX_EXPERTS,
+                )?;
+                let top_k = in_range(
+                    raw.num_experts_per_tok.unwrap_or(rule.top_k),
+                    "num_experts_per_tok",
+                    1,
+                    experts,
+                )?;
+                let expert_intermediate_size = match rule.width {
+                    ExpertWidthRule::Intermediate => intermediate_size,
+                    ExpertWidthRule::MoeIntermediate(default) => in_range(
+                        raw.moe_intermediate_size.unwrap_or(default),
+                        "moe_intermediate_size",
+                        1,
+                        MAX_INTERMEDIATE,
+                    )?,
+                };
+                let norm_topk_prob = match rule.norm_topk_prob {
+                    NormTopKRule::Always => true,
+                    NormTopKRule::Config(default) => raw.norm_topk_prob.unwrap_or(default),
+                };
+                let shared_expert_intermediate_size = rule
+                    .shared_expert
+                    .map(|default| {
+                        in_range(
+                            raw.shared_expert_intermediate_size.unwrap_or(default),
+                            "shared_expert_intermediate_size",
+                            1,
+                            MAX_INTERMEDIATE,
+                        )
+                    })
+                    .transpose()?;
+                // transformers' decoder layer: sparse when `layer not in mlp_only_layers and
+                // (layer + 1) % decoder_sparse_step == 0`.
+                let dense = if rule.sparse_layers_configured {
+                    let step = in_range(
+                        raw.decoder_sparse_step.unwrap_or(1),
+                        "decoder_sparse_step",
+                        1,
+                        MAX_LAYERS,
+                    )?;
+                    let only = raw.mlp_only_layers.as_deref().unwrap_or_default();
+                    (0..n_layers).filter(|l| only.contains(l) || (l + 1) % step != 0).collect()
+                } else {
+                    Vec::new()
+                };
+                let moe = Moe {
+                    experts,
+                    top_k,
+                    expert_intermediate_size,
+                    norm_topk_prob,
+                    weights_in_logits_dtype: rule.weights_in_logits_dtype,
+                    shared_expert_intermediate_size,
+                };
+                (Some(moe), dense)
+            }
+            None => (None, Vec::new()),
         };
 
         let attention_dropout =
@@ -713,6 +798,7 @@ impl ModelSpec {
             type_vocab_size,
             id_buffers: t.id_buffers,
             moe,
+            dense_mlp_layers,
             attention_dropout,
             hidden_dropout,
             embedding_dropout,

@@ -94,12 +94,13 @@ pub fn module_name(decl: &ParameterDecl) -> &'static str {
 }
 
 /// Whether `decl` is the weight of an `nn.Linear` PEFT can wrap: a 2-D matmul weight that is
-/// not an embedding table and not a fused MoE expert tensor.
+/// not an embedding table, not a fused MoE expert tensor and not an MoE router (transformers
+/// 5's routers are parameters of their own modules, used by `F.linear`).
 fn is_linear_weight(decl: &ParameterDecl) -> bool {
     decl.matmul
         && matches!(decl.shape, Shape::Matrix { .. })
         && decl.name.ends_with(".weight")
-        && !matches!(decl.slot, Slot::Embed | Slot::Positions | Slot::TokenTypes)
+        && !matches!(decl.slot, Slot::Embed | Slot::Positions | Slot::TokenTypes | Slot::Router)
 }
 
 /// PEFT's suffix rule: `target` matches `module` when equal or when `module` ends with
@@ -187,7 +188,9 @@ fn distinct(names: impl Iterator<Item = &'static str>) -> String {
 
 /// Checks the setup's freeze and LoRA choices against the model's layout.
 pub fn check(layout: &ParameterLayout, setup: &TrainSetup) -> Result<(), PeftError> {
-    let decls = || layout.before.iter().chain(&layout.layer).chain(&layout.after);
+    let decls = || {
+        layout.before.iter().chain(&layout.layer).chain(&layout.dense_layer).chain(&layout.after)
+    };
     if let Some(lora) = &setup.lora {
         if setup.freeze.any() {
             return Err(PeftError::FreezeWithLora);

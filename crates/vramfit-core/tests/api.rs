@@ -38,6 +38,38 @@ fn gpt2_aliases_are_read() {
     assert!(s.tied_embeddings);
 }
 
+/// The mixture-of-experts fields each architecture resolves (transformers 5.24's config
+/// classes and modules).
+#[test]
+fn moe_configs_resolve_their_experts() {
+    let fields = |name: &str| {
+        let s = spec(name);
+        let m = s.moe.expect("an MoE model");
+        let moe = (
+            m.experts,
+            m.top_k,
+            m.expert_intermediate_size,
+            m.norm_topk_prob,
+            m.weights_in_logits_dtype,
+            m.shared_expert_intermediate_size,
+        );
+        (moe, s.qkv_bias, s.o_bias, s.qk_norm, s.head_dim, s.dense_mlp_layers)
+    };
+    assert_eq!(
+        fields("mixtral-8x7b"),
+        ((8, 2, 14336, true, false, None), false, false, false, 128, vec![])
+    );
+    assert_eq!(
+        fields("qwen1.5-moe-a2.7b"),
+        ((60, 4, 1408, false, true, Some(5632)), true, false, false, 128, vec![])
+    );
+    assert_eq!(
+        fields("qwen3-30b-a3b"),
+        ((128, 8, 768, true, true, None), false, false, true, 128, vec![])
+    );
+    assert!(spec("llama-3.2-1b").moe.is_none());
+}
+
 #[test]
 fn bad_configs_get_one_line_errors_naming_the_field() {
     check_config_error(
@@ -48,7 +80,7 @@ fn bad_configs_get_one_line_errors_naming_the_field() {
     check_config_error("{}", "config.json lacks the field 'model_type'");
     check_config_error(
         r#"{"model_type": "mamba"}"#,
-        "unknown model_type 'mamba' (supported: llama, mistral, mixtral, qwen2, qwen3, gemma, gemma2, phi3, gpt2, gpt_neox, bert, roberta, olmo2)",
+        "unknown model_type 'mamba' (supported: llama, mistral, mixtral, qwen2, qwen3, gemma, gemma2, phi3, gpt2, gpt_neox, bert, roberta, olmo2, qwen2_moe, qwen3_moe)",
     );
     check_config_error(
         &LLAMA.replace("\"vocab_size\": 32000,", ""),
@@ -69,6 +101,19 @@ fn bad_configs_get_one_line_errors_naming_the_field() {
     check_config_error(
         &LLAMA.replace("32000", "\"many\""),
         "field 'vocab_size' must be a non-negative integer",
+    );
+    let qwen_moe = catalog::config_json("qwen3-30b-a3b").unwrap();
+    check_config_error(
+        &qwen_moe.replace("\"mlp_only_layers\": []", "\"mlp_only_layers\": 3"),
+        "field 'mlp_only_layers' must be a list of non-negative integers",
+    );
+    check_config_error(
+        &qwen_moe.replace("\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 0"),
+        "field 'decoder_sparse_step' = 0 is out of range (1..=4096)",
+    );
+    check_config_error(
+        &qwen_moe.replace("\"num_experts_per_tok\": 8", "\"num_experts_per_tok\": 129"),
+        "field 'num_experts_per_tok' = 129 is out of range (1..=128)",
     );
     check_config_error(
         &LLAMA

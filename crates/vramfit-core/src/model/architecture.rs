@@ -14,6 +14,49 @@ pub(super) enum BiasRule {
     Always(bool),
     /// `config.json`'s flag (`attention_bias`, `mlp_bias`), with this default.
     Config(bool),
+    /// `config.json`'s `qkv_bias` (Qwen2-MoE's attention), with this default.
+    QkvBiasFlag(bool),
+}
+
+/// Where an MoE layer's expert width comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ExpertWidthRule {
+    /// `intermediate_size` (Mixtral: every MLP is an expert).
+    Intermediate,
+    /// `moe_intermediate_size`, with this default (Qwen-MoE, whose `intermediate_size` is the
+    /// dense layers' MLP).
+    MoeIntermediate(u64),
+}
+
+/// Whether the router renormalises the top-k weights to sum to 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NormTopKRule {
+    /// Always (Mixtral's router divides by their sum).
+    Always,
+    /// `norm_topk_prob`, with this default (Qwen-MoE).
+    Config(bool),
+}
+
+/// A sparse mixture of experts as the architecture builds it (the config class's defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct MoeRule {
+    /// `num_local_experts` / `num_experts` default.
+    pub(super) experts: u64,
+    /// `num_experts_per_tok` default.
+    pub(super) top_k: u64,
+    /// One expert's MLP width.
+    pub(super) width: ExpertWidthRule,
+    /// Whether the top-k weights are renormalised.
+    pub(super) norm_topk_prob: NormTopKRule,
+    /// The router casts the routing weights back to the logits' dtype
+    /// (`router_top_value.to(router_logits.dtype)`, Qwen-MoE) rather than keeping them in fp32
+    /// (Mixtral).
+    pub(super) weights_in_logits_dtype: bool,
+    /// A gated shared expert, `shared_expert_intermediate_size` wide by default (Qwen2-MoE).
+    pub(super) shared_expert: Option<u64>,
+    /// Which layers are sparse is read from `decoder_sparse_step` and `mlp_only_layers`
+    /// (Qwen-MoE; Mixtral's layers are all sparse).
+    pub(super) sparse_layers_configured: bool,
 }
 
 /// How positions enter the model.
@@ -159,8 +202,8 @@ pub(super) struct Traits {
     pub(super) embedding_dropout: EmbeddingDropoutRule,
     /// `intermediate_size` may be absent: 4 × width.
     pub(super) intermediate_defaults_to_4x: bool,
-    /// A sparse mixture of experts (defaults: 8 experts, top 2).
-    pub(super) moe: bool,
+    /// A sparse mixture of experts.
+    pub(super) moe: Option<MoeRule>,
     /// Attention and final logit soft-capping defaults.
     pub(super) softcaps: Option<(f64, f64)>,
     /// A token-type table (`type_vocab_size`, default 2).
@@ -202,7 +245,7 @@ const LLAMA: Traits = Traits {
     dropout_default: 0.0,
     embedding_dropout: EmbeddingDropoutRule::Off,
     intermediate_defaults_to_4x: false,
-    moe: false,
+    moe: None,
     softcaps: None,
     token_types: false,
     parallel_residual: false,
@@ -239,7 +282,7 @@ const ENCODER: Traits = Traits {
     dropout_default: 0.1,
     embedding_dropout: EmbeddingDropoutRule::Hidden,
     intermediate_defaults_to_4x: false,
-    moe: false,
+    moe: None,
     softcaps: None,
     token_types: true,
     parallel_residual: false,
@@ -260,7 +303,45 @@ pub(super) fn traits(arch: Architecture) -> Traits {
     match arch {
         A::Llama => Traits { mlp_bias: BiasRule::Config(false), ..LLAMA },
         A::Mistral => LLAMA,
-        A::Mixtral => Traits { moe: true, ..LLAMA },
+        A::Mixtral => Traits {
+            moe: Some(MoeRule {
+                experts: 8,
+                top_k: 2,
+                width: ExpertWidthRule::Intermediate,
+                norm_topk_prob: NormTopKRule::Always,
+                weights_in_logits_dtype: false,
+                shared_expert: None,
+                sparse_layers_configured: false,
+            }),
+            ..LLAMA
+        },
+        A::Qwen2Moe => Traits {
+            qkv_bias: BiasRule::QkvBiasFlag(true),
+            o_bias: BiasRule::Always(false),
+            moe: Some(MoeRule {
+                experts: 60,
+                top_k: 4,
+                width: ExpertWidthRule::MoeIntermediate(1408),
+                norm_topk_prob: NormTopKRule::Config(false),
+                weights_in_logits_dtype: true,
+                shared_expert: Some(5632),
+                sparse_layers_configured: true,
+            }),
+            ..LLAMA
+        },
+        A::Qwen3Moe => Traits {
+            qk_norm: true,
+            moe: Some(MoeRule {
+                experts: 128,
+                top_k: 8,
+                width: ExpertWidthRule::MoeIntermediate(768),
+                norm_topk_prob: NormTopKRule::Config(false),
+                weights_in_logits_dtype: true,
+                shared_expert: None,
+                sparse_layers_configured: true,
+            }),
+            ..LLAMA
+        },
         A::Qwen2 => {
             Traits { qkv_bias: BiasRule::Always(true), o_bias: BiasRule::Always(false), ..LLAMA }
         }

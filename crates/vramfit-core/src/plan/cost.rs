@@ -228,9 +228,11 @@ impl ModelFacts {
         let parameters = spec.parameter_count() as f64;
         let active = match &spec.moe {
             Some(moe) if moe.experts > 0 => {
-                let per_expert = 3.0 * spec.hidden_size as f64 * spec.intermediate_size as f64;
+                let per_expert =
+                    3.0 * spec.hidden_size as f64 * moe.expert_intermediate_size as f64;
                 let idle = moe.experts.saturating_sub(moe.top_k) as f64;
-                (parameters - spec.n_layers as f64 * idle * per_expert).max(parameters / 8.0)
+                let sparse = spec.n_layers.saturating_sub(spec.dense_mlp_layers.len() as u64);
+                (parameters - sparse as f64 * idle * per_expert).max(parameters / 8.0)
             }
             _ => parameters,
         };

@@ -3,12 +3,12 @@
 
 use super::attention::attention_core;
 use super::ops::{
-    Saves, activation, add, consume, dropout, linear, mul2, new, norm, rotary, to, to_replacing,
-    unary,
+    Saves, activation, add, broadcast_mul, consume, dropout, grouped_mm, linear, mul2, new, norm,
+    rotary, to, to_replacing, unary,
 };
 use super::{Context, LayerParams, Model, Result, Tensor, mul};
 use crate::graph::{Grad, Graph, ParamId};
-use crate::model::Positions;
+use crate::model::{Activation, Positions};
 use crate::units::DType;
 
 /// One transformer layer's forward; returns the new hidden state (the input stays alive for
@@ -121,7 +121,9 @@ pub(super) fn layer_forward(
     };
     // MLP block.
     let m_in = if post_norm || !s.input_norms { h1 } else { norm(g, cx, h1, &lp.norm2, n)? };
-    let mo = if s.moe.is_some() { moe(g, cx, lp, m_in)? } else { mlp(g, cx, lp, m_in)? };
+    // A mixture-of-experts model's layer is sparse when it has a router (Qwen-MoE's dense
+    // layers have the MLP).
+    let mo = if lp.router.is_some() { moe(g, cx, lp, m_in)? } else { mlp(g, cx, lp, m_in)? };
     if m_in.id != h1.id {
         g.drop(m_in.id);
     }
@@ -205,10 +207,22 @@ pub(super) fn mlp_expert(
     }
 }
 
-/// Mixtral's sparse MoE: router logits, softmax in fp32, top-k; every token's hidden state is
-/// gathered once per chosen expert (`tokens × top_k` rows, whatever the routing), run through
-/// the experts' fused gate/up and down projections, scaled by its routing weight (fp32) and
-/// added back into a zero-initialised output.
+/// A sparse mixture-of-experts block as transformers 5 runs it (`MixtralSparseMoeBlock`,
+/// `Qwen2MoeSparseMoeBlock`, `Qwen3MoeSparseMoeBlock`), with the default experts
+/// implementation, `grouped_mm` (`integrations/moe.py`).
+///
+/// The shared expert first (Qwen2-MoE: a dense MLP on every token). The router: `F.linear` on
+/// its weight (autocast casts it), softmax in fp32 (a cast copy, then the softmax saving its
+/// output), top-k (values, int64 indices), renormalised in place, then (Qwen-MoE) cast back
+/// to the logits' dtype. The experts: the `tokens × top_k` routed rows sorted by expert
+/// (`torch.sort`: int64 ids and permutation), the hidden states gathered in that order, the
+/// routing weights likewise; `grouped_mm` over all experts' 3-D weights for gate/up, the
+/// gate's activation times up, `grouped_mm` for down. `grouped_mm` is not an op autocast
+/// casts for: it runs in the weights' dtype (fp32 under mixed precision, no cast copy of the
+/// experts), the input cast to it (`input.to(weight.dtype)`). Then the routing weights
+/// multiply (fp32 when they are), the rows go back to token order (an index copy), `sum` over
+/// the `top_k` rows of each token, `.to()` the input's dtype. Qwen2-MoE adds
+/// `sigmoid(shared_expert_gate(x)) * shared`.
 pub(super) fn moe(g: &mut Graph, cx: &Context<'_>, lp: &LayerParams, x: Tensor) -> Result<Tensor> {
     let s = cx.spec;
     let Some(m) = s.moe else { return mlp(g, cx, lp, x) };
@@ -217,36 +231,104 @@ pub(super) fn moe(g: &mut Graph, cx: &Context<'_>, lp: &LayerParams, x: Tensor) 
         return Ok(x);
     };
     let h = s.hidden_size;
-    let i = s.intermediate_size;
+    let e = m.expert_intermediate_size;
+    let tokens = cx.tokens;
+    let rows = mul(tokens, m.top_k)?;
+    let shared = match m.shared_expert_intermediate_size {
+        Some(width) if lp.shared.len() == 3 => Some(mlp_expert(g, cx, x, &lp.shared, &[], width)?),
+        _ => None,
+    };
+    // The router.
     let logits = linear(g, cx, x, m.experts, router, None)?;
     let (l32, copied) = to(g, logits, DType::F32)?;
     let probs = unary(g, l32, DType::F32, Saves::Output)?;
     if copied {
         g.drop(l32.id);
     }
-    g.drop(logits.id);
-    // top-k values, renormalised: small fp32 [tokens, k].
-    let weights = new(g, DType::F32, mul(cx.tokens, m.top_k)?)?;
-    g.record(&[weights.id], &[], &[Grad::New(probs.id, probs.bytes())]);
+    // topk: fp32 values and int64 indices (saved for the values' gradient, a scatter into
+    // zeros of the probabilities' shape); the renormalisation divides in place.
+    let index = g.alloc(mul(rows, 8)?)?;
+    let top = new(g, DType::F32, rows)?;
+    g.record(&[top.id], &[index], &[Grad::New(probs.id, probs.bytes())]);
     g.drop(probs.id);
-    let out = new(g, x.dtype, x.numel)?;
-    let rows = mul(cx.tokens, m.top_k)?;
-    let rcx = Context { tokens: rows, ..*cx };
+    let weights = if m.weights_in_logits_dtype { to_replacing(g, top, logits.dtype)? } else { top };
+    g.drop(logits.id);
+    // Sorted by expert: the ids and the permutation (int64), the gathered hidden states (the
+    // gather saves its int64 index `perm // top_k`), the gathered routing weights.
+    let sorted_ids = g.alloc(mul(rows, 8)?)?;
+    let perm = g.alloc(mul(rows, 8)?)?;
+    let gather_index = g.alloc(mul(rows, 8)?)?;
+    // (The gather's backward: `new_zeros` of the input's shape, then an out-of-place
+    // `index_put` into it.)
     let sel = new(g, x.dtype, mul(rows, h)?)?;
-    g.record(&[sel.id], &[], &[Grad::New(x.id, x.bytes())]);
-    let gu = linear(g, &rcx, sel, 2 * i, gate_up, None)?;
-    g.drop(sel.id);
-    let gate = Tensor { numel: mul(rows, i)?, ..gu };
-    let a = activation(g, &rcx, gate)?;
-    let p = consume(g, a, |g, a| mul2(g, a, gate))?;
-    g.drop(gu.id);
-    let d = linear(g, &rcx, p, h, down, None)?;
-    g.drop(p.id);
-    let wd = consume(g, d, |g, d| mul2(g, d, Tensor { numel: rows, ..weights }))?;
+    g.record(&[sel.id], &[gather_index], &[Grad::Scratch(x.bytes()), Grad::New(x.id, x.bytes())]);
+    g.drop(gather_index);
+    let sample_weights = new(g, weights.dtype, rows)?;
+    g.record(&[sample_weights.id], &[perm], &[Grad::New(weights.id, weights.bytes())]);
     g.drop(weights.id);
-    let wc = to_replacing(g, wd, x.dtype)?;
-    // index_add_ into `out` (in place); its gradient is gathered back per row.
-    g.record(&[out.id], &[], &[Grad::New(wc.id, wc.bytes())]);
-    g.drop(wc.id);
-    Ok(out)
+    // The offsets: `histc` of the ids as fp32 (int32 on CUDA), `cumsum` to int32.
+    let histc_input = g.alloc(mul(rows, 4)?)?;
+    let histogram = g.alloc(mul(m.experts, 4)?)?;
+    let offsets = g.alloc(mul(m.experts, 4)?)?;
+    g.drop(histc_input);
+    g.drop(histogram);
+    let gu = grouped_mm(g, sel, rows, 2 * e, gate_up)?;
+    g.drop(sel.id);
+    // `gate, up = gate_up.chunk(2)`: two views of `gu`, which the activation and the product
+    // save. Backward cats their two gradients into one of `gu`'s shape (SplitBackward), with
+    // both halves still alive: the up view's node makes the cat, the gate view's hands its
+    // gradient on into it.
+    let half = mul(rows, e)?;
+    let half_bytes = mul(half, gu.dtype.size())?;
+    let gate = new(g, gu.dtype, 0)?;
+    g.record(&[gate.id], &[], &[Grad::Pass(gu.id)]);
+    let up = new(g, gu.dtype, 0)?;
+    g.record(&[up.id], &[], &[Grad::New(gu.id, gu.bytes())]);
+    // The activation saves its input (silu, gelu: the gate view, so all of `gu`) or its
+    // output (relu).
+    let a = new(g, gu.dtype, half)?;
+    let saved = if s.activation == Activation::Relu { a.id } else { gu.id };
+    g.record(&[a.id], &[saved], &[Grad::New(gate.id, half_bytes)]);
+    let p = new(g, gu.dtype, half)?;
+    g.record(&[p.id], &[a.id, gu.id], &[Grad::New(a.id, a.bytes()), Grad::New(up.id, half_bytes)]);
+    g.drop(a.id);
+    g.drop(gate.id);
+    g.drop(up.id);
+    g.drop(gu.id);
+    let d = grouped_mm(g, p, rows, h, down)?;
+    g.drop(p.id);
+    g.drop(offsets);
+    let weighted = consume(g, d, |g, d| broadcast_mul(g, sample_weights, d))?;
+    g.drop(sample_weights.id);
+    // Back to token order: `inv_perm` (int64, made from an `arange`), saved by the index.
+    let inv_perm = g.alloc(mul(rows, 8)?)?;
+    let arange = g.alloc(mul(rows, 8)?)?;
+    g.drop(arange);
+    let ordered = new(g, weighted.dtype, weighted.numel)?;
+    g.record(
+        &[ordered.id],
+        &[inv_perm],
+        &[Grad::Scratch(weighted.bytes()), Grad::New(weighted.id, weighted.bytes())],
+    );
+    g.drop(inv_perm);
+    g.drop(weighted.id);
+    g.drop(perm);
+    g.drop(sorted_ids);
+    g.drop(index);
+    // The sum over each token's rows: its gradient is the incoming one expanded (a view).
+    let summed = new(g, ordered.dtype, x.numel)?;
+    g.record(&[summed.id], &[], &[Grad::Pass(ordered.id)]);
+    g.drop(ordered.id);
+    let out = to_replacing(g, summed, x.dtype)?;
+    let Some(shared) = shared else { return Ok(out) };
+    let Some(shared_gate) = lp.shared_gate else { return Ok(out) };
+    let gate_logit = linear(g, cx, x, 1, shared_gate, None)?;
+    let gate = consume(g, gate_logit, |g, l| unary(g, l, l.dtype, Saves::Output))?;
+    let gated = broadcast_mul(g, gate, shared)?;
+    g.drop(gate.id);
+    g.drop(shared.id);
+    let y = add(g, out, gated)?;
+    g.drop(out.id);
+    g.drop(gated.id);
+    Ok(y)
 }

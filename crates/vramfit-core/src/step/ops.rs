@@ -250,6 +250,29 @@ pub(super) fn base_linear_of_slice(
     Ok(y)
 }
 
+/// transformers' `_grouped_linear` over an MoE layer's 3-D expert weight `w` for `rows` routed
+/// rows: `grouped_mm` is not an op autocast casts for, so it runs in the weight's dtype, the
+/// input cast to it (`input.to(weight.dtype)`, a copy when they differ); the node saves the
+/// input (for the weight's gradient, of all experts) and the weight itself (a parameter).
+pub(super) fn grouped_mm(
+    g: &mut Graph,
+    x: Tensor,
+    rows: u64,
+    out_features: u64,
+    w: ParamId,
+) -> Result<Tensor> {
+    let dtype = g.param(w).dtype;
+    let (xc, copied) = to(g, x, dtype)?;
+    let y = new(g, dtype, mul(rows, out_features)?)?;
+    let saved: &[Tid] = if g.param(w).trains { &[xc.id] } else { &[] };
+    let grads = [Grad::New(xc.id, xc.bytes()), Grad::Param(w, g.param(w).grad_bytes())];
+    g.record(&[y.id], saved, &grads);
+    if copied {
+        g.drop(xc.id);
+    }
+    Ok(y)
+}
+
 /// PEFT's `lora.Linear.forward` after the base layer: `x` cast to the adapter's dtype,
 /// `result + lora_B(lora_A(dropout(x))) * scaling`, then `result.to(result_dtype)`.
 fn lora(
@@ -416,7 +439,7 @@ fn to_untracked(g: &mut Graph, x: Tensor, dtype: DType) -> Result<(Tensor, bool)
 /// `v * t` with `v` a vector over the last dimension (`[1, out]`) and `t` a `[tokens, out]`
 /// tensor, both requiring grad: saves both; the vector's gradient is the full product summed
 /// over the tokens (a temporary of the product's size).
-fn broadcast_mul(g: &mut Graph, v: Tensor, t: Tensor) -> Result<Tensor> {
+pub(super) fn broadcast_mul(g: &mut Graph, v: Tensor, t: Tensor) -> Result<Tensor> {
     let dtype = promote(v.dtype, t.dtype);
     let y = new(g, dtype, t.numel)?;
     g.record(

@@ -20,6 +20,9 @@ pub(crate) struct LayerParams {
     pub(super) router: Option<ParamId>,
     pub(super) mlp: Vec<ParamId>,
     pub(super) mlp_bias: Vec<ParamId>,
+    /// A shared expert's gate, up and down projections.
+    pub(super) shared: Vec<ParamId>,
+    pub(super) shared_gate: Option<ParamId>,
 }
 
 /// A LoRA adapter on one linear weight: `lora_A` (`r × in`) and `lora_B` (`out × r`).
@@ -190,6 +193,8 @@ fn assign(model: &mut Model, layer: Option<u64>, slot: crate::layout::Slot, id: 
                 Slot::Router => lp.router = Some(id),
                 Slot::Mlp => lp.mlp.push(id),
                 Slot::MlpBias => lp.mlp_bias.push(id),
+                Slot::SharedExpert => lp.shared.push(id),
+                Slot::SharedExpertGate => lp.shared_gate = Some(id),
                 other => unreachable!("{other:?} is not a layer slot"),
             }
         }

@@ -184,6 +184,8 @@ impl<'a> Emit<'a> {
             A::Bert => ("bert", "BertLayer"),
             A::Roberta => ("roberta", "RobertaLayer"),
             A::Olmo2 => ("olmo2", "Olmo2DecoderLayer"),
+            A::Qwen2Moe => ("qwen2_moe", "Qwen2MoeDecoderLayer"),
+            A::Qwen3Moe => ("qwen3_moe", "Qwen3MoeDecoderLayer"),
         }
     }
 
