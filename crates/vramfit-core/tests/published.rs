@@ -53,8 +53,8 @@ use serde_json::Value;
 use vramfit_core::card::device_used;
 use vramfit_core::overhead;
 use vramfit_core::{
-    Architecture, Attention, Bytes, Checkpointing, Device, Estimate, Lora, LoraTargets, LossKernel,
-    ModelSpec, ModelStates, Offload, Optimizer, OptimizerImpl, Parallel, Precision, Strategy,
+    Attention, Bytes, Checkpointing, Device, Estimate, Lora, LoraTargets, LossKernel, ModelSpec,
+    ModelStates, Offload, Optimizer, OptimizerImpl, Parallel, Precision, Strategy, Task,
     TrainSetup, TrainingLoop, ZeroGrad, catalog, estimate_on, gpu, model_states_for_params,
 };
 
@@ -269,18 +269,22 @@ fn spec(row: &Row) -> Option<ModelSpec> {
         (None, Some(config)) if config.is_object() => config.to_string(),
         _ => return None,
     };
-    Some(
-        ModelSpec::from_hf_config(&json)
-            .unwrap_or_else(|e| panic!("{}: the row's model does not resolve: {e}", row.id)),
-    )
+    let spec = ModelSpec::from_hf_config(&json)
+        .unwrap_or_else(|e| panic!("{}: the row's model does not resolve: {e}", row.id));
+    // The head of the row's task (`AutoModelFor*`), when vramfit builds it: a task it does not
+    // know, or one the architecture has no head for, stays a need (see `needs`).
+    match row.setup.task.as_deref().and_then(|t| headed_task(&spec, t)) {
+        Some(task) => Some(
+            spec.for_task(task, row.setup.num_labels.unwrap_or(2))
+                .unwrap_or_else(|e| panic!("{}: task: {e}", row.id)),
+        ),
+        None => Some(spec),
+    }
 }
 
-/// The head the model's architecture trains with in vramfit today.
-fn native_task(spec: &ModelSpec) -> &'static str {
-    match spec.architecture {
-        Architecture::Bert | Architecture::Roberta => "masked-lm",
-        _ => "causal-lm",
-    }
+/// The row's task when vramfit builds its head on the model's architecture.
+fn headed_task(spec: &ModelSpec, task: &str) -> Option<Task> {
+    task.parse::<Task>().ok().filter(|t| spec.tasks().contains(t))
 }
 
 /// What the row's settings ask of vramfit that it cannot express yet, computed from the settings
@@ -292,10 +296,9 @@ fn needs(row: &Row, spec: Option<&ModelSpec>) -> BTreeSet<String> {
     let mut need = |n: String| {
         out.insert(n);
     };
-    // Without a readable model the head is unknown too: any task but causal-LM is a need.
-    // Task heads (`AutoModelForSequenceClassification`, ...) are being added to the core as
-    // `ModelSpec::for_task`: once they land, build the spec for the row's `task` (and its
-    // `num_labels`, which the classification rows carry) instead of asking for it here.
+    // `spec` carries the head of the row's task (`ModelSpec::for_task`, with the row's
+    // `num_labels`) when vramfit builds it; a task it does not know (`seq2seq`, ...), one the
+    // architecture has no head for, or any task but causal-LM without a readable model is a need.
     if matches!(s.task.as_deref(), Some("seq-cls" | "token-cls")) {
         assert!(
             s.num_labels.is_some_and(|n| n >= 1),
@@ -303,7 +306,10 @@ fn needs(row: &Row, spec: Option<&ModelSpec>) -> BTreeSet<String> {
         );
     }
     if let Some(task) = &s.task
-        && task != spec.map_or("causal-lm", native_task)
+        && match spec {
+            Some(sp) => headed_task(sp, task).is_none(),
+            None => task != "causal-lm",
+        }
     {
         need(format!("task:{task}"));
     }
