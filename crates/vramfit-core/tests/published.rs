@@ -315,7 +315,10 @@ fn needs(row: &Row, spec: Option<&ModelSpec>) -> BTreeSet<String> {
     }
     match s.precision.as_deref() {
         None => {}
-        Some("fp16") => need("precision:fp16".into()),
+        // vramfit reads `fp16` as the HF Trainer's `fp16=True` (mixed); a row says which it is.
+        Some("fp16") => panic!(
+            "{id}: precision 'fp16' is ambiguous: fp16-mixed (autocast) or fp16-true (fp16 weights)"
+        ),
         Some(p) => {
             p.parse::<Precision>().unwrap_or_else(|e| panic!("{id}: precision: {e}"));
         }
@@ -352,8 +355,12 @@ fn needs(row: &Row, spec: Option<&ModelSpec>) -> BTreeSet<String> {
     // LitGPT's `chunked_cross_entropy`: the model still makes every logit (in chunks), the
     // cross-entropy (and torchtune's fp32 upcast) is per chunk. `fused-linear-ce` is Liger's
     // fused linear + cross-entropy, which never makes them (vramfit's `chunked`).
+    // `logits-sum` is a benchmark's `model(**batch).logits.sum()`.
     match s.loss.as_deref() {
-        None | Some("ce" | "fused-linear-ce" | "chunked-output" | "chunked-output-litgpt") => {}
+        None
+        | Some(
+            "ce" | "fused-linear-ce" | "chunked-output" | "chunked-output-litgpt" | "logits-sum",
+        ) => {}
         Some(l) => need(format!("loss:{l}")),
     }
     if let Some(l) = &s.training_loop {
@@ -527,6 +534,7 @@ fn train_setup(row: &Row, seq_len: u64, approximate: bool) -> TrainSetup {
             Some("fused-linear-ce") => LossKernel::Chunked,
             Some("chunked-output") => LossKernel::ChunkedOutput,
             Some("chunked-output-litgpt") => LossKernel::ChunkedOutputLitgpt,
+            Some("logits-sum") => LossKernel::LogitsSum,
             _ => LossKernel::Standard,
         },
         parallel: parallel(row),
