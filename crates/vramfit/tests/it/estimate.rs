@@ -439,3 +439,25 @@ fn unknown_precision_optimizer_and_loss_list_the_new_names() {
     let l = estimate_error("loss", &["--model", "gpt2", "--loss", "logitsum"]);
     assert!(l.contains("logits-sum"), "{l}");
 }
+
+/// The text output of a benchmark step: pure fp16, no optimizer, `logits.sum()`.
+#[test]
+fn a_forward_and_backward_benchmark_in_text() {
+    assert_cmd_snapshot!(vramfit().args([
+        "estimate",
+        "--model",
+        "bert-base-uncased",
+        "--batch",
+        "16",
+        "--seq-len",
+        "512",
+        "--precision",
+        "fp16-true",
+        "--optimizer",
+        "none",
+        "--loss",
+        "logits-sum",
+        "--gpu",
+        "a100-80gb",
+    ]));
+}

@@ -45,7 +45,11 @@ pub(crate) fn setup_line(setup: &TrainSetup) -> String {
         setup.micro_batch,
         setup.seq_len,
         setup.precision,
-        setup.optimizer,
+        if setup.optimizer == vramfit_core::Optimizer::None {
+            "no optimizer".to_string()
+        } else {
+            setup.optimizer.to_string()
+        },
         state,
         setup.attention,
         setup.checkpointing,
