@@ -33,7 +33,8 @@
 //!   partial optimizer, the KV cache under a checkpointing wrapper):
 //!   estimated without it, reported, no tolerance. The error then measures what the missing
 //!   mechanism costs (plus the row's other assumptions).
-//! - `needs`: not estimated (a task head, quantisation, torch.compile, ...); listed.
+//! - `needs`: not estimated (torch.compile, an optimizer vramfit lacks, an encoder-decoder, ...);
+//!   listed.
 //!
 //! A row of the first two tiers that is far off for a reason that was found carries
 //! `known_miss` (the reason): reported, never failing.
@@ -53,8 +54,8 @@ use serde_json::Value;
 use vramfit_core::card::device_used;
 use vramfit_core::overhead;
 use vramfit_core::{
-    Attention, Bytes, Checkpointing, Device, Estimate, Lora, LoraTargets, LossKernel, ModelSpec,
-    ModelStates, Offload, Optimizer, OptimizerImpl, Parallel, Precision, Strategy, Task,
+    Attention, Bytes, Checkpointing, DType, Device, Estimate, Lora, LoraTargets, LossKernel,
+    ModelSpec, ModelStates, Offload, Optimizer, OptimizerImpl, Parallel, Precision, Strategy, Task,
     TrainSetup, TrainingLoop, ZeroGrad, catalog, estimate_on, gpu, model_states_for_params,
 };
 
@@ -236,8 +237,8 @@ struct LoraRow {
 }
 
 /// A quantised base, in the JSON shape of the core's `TrainSetup::quantization`
-/// (`{kind, double_quant, compute_dtype}`; a row may add `implementation` and the like), so
-/// that the rows deserialize into it unchanged once it exists.
+/// (`{kind, double_quant, compute_dtype}`; a row may add `implementation` and the like),
+/// mapped to it in `train_setup`.
 #[derive(Debug, Deserialize)]
 struct Quantization {
     kind: String,
@@ -396,18 +397,14 @@ fn needs(row: &Row, spec: Option<&ModelSpec>) -> BTreeSet<String> {
             need(name.into());
         }
     }
-    if s.lora.as_ref().is_some_and(|l| l.use_dora) {
-        need("dora".into());
-    }
     if let Some(m) = &s.peft_method
         && m != "lora"
     {
         need(format!("peft:{m}"));
     }
-    // Quantised bases (bitsandbytes / torchao NF4, LLM.int8): the rows carry the whole
-    // `quantization {kind, double_quant, compute_dtype}` of the run. When `TrainSetup` gains its
-    // quantisation setting, drop this need and map the row's block in `train_setup`: the QLoRA
-    // rows then become estimated and this test asks for their `expressible` entries.
+    // Quantised bases (bitsandbytes NF4, FP4, LLM.int8): the rows carry the whole
+    // `quantization {kind, double_quant, compute_dtype}` of the run, which `train_setup` maps to
+    // `TrainSetup::quantization`.
     if let Some(q) = &s.quantization {
         assert!(
             ["nf4", "fp4", "int8"].contains(&q.kind.as_str())
@@ -416,7 +413,6 @@ fn needs(row: &Row, spec: Option<&ModelSpec>) -> BTreeSet<String> {
             "{id}: quantization {{kind: nf4|fp4|int8, double_quant (4-bit only), compute_dtype: \
              bf16|f16|f32}}"
         );
-        need(format!("quantization:{}", q.kind));
     }
     if spec.is_none() && row.model.params.is_none() {
         let declared: Vec<&String> = row
@@ -455,7 +451,7 @@ fn lora(row: &Row, l: &LoraRow) -> Lora {
         targets,
         dropout: l.dropout > 0.0,
         modules_to_save: l.modules_to_save.clone(),
-        use_dora: false,
+        use_dora: l.use_dora,
     }
 }
 
@@ -524,6 +520,13 @@ fn train_setup(row: &Row, seq_len: u64, approximate: bool) -> TrainSetup {
             .as_deref()
             .map_or(OptimizerImpl::Foreach, |i| i.parse().unwrap_or_else(|e| panic!("{id}: {e}"))),
         lora: s.lora.as_ref().map(|l| lora(row, l)),
+        quantization: s.quantization.as_ref().map(|q| vramfit_core::Quantization {
+            kind: q.kind.parse().unwrap_or_else(|e| panic!("{id}: {e}")),
+            double_quant: q.double_quant,
+            compute_dtype: DType::parse(&q.compute_dtype)
+                .unwrap_or_else(|| panic!("{id}: compute_dtype {}", q.compute_dtype)),
+            skip_modules: Vec::new(),
+        }),
         training_loop,
         zero_grad: s
             .zero_grad
