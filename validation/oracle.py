@@ -36,8 +36,12 @@ import peft_case  # noqa: E402  (LoRA, DoRA and QLoRA: see its docstring)
 ROOT = HERE.parent
 CATALOG = ROOT / "crates" / "vramfit-core" / "data" / "models"
 
-PRECISIONS = ("fp32", "fp16-mixed", "bf16-mixed", "bf16")
-OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum", "adafactor")
+# "bf16" and "fp16-true" are pure 16-bit weights (the model built in that dtype, no autocast).
+PRECISIONS = ("fp32", "fp16-mixed", "bf16-mixed", "bf16", "fp16-true")
+# "none": no optimizer, forward and backward only (a benchmark's loop:
+# `model.zero_grad(); model(**batch).logits.sum().backward()`); the gradients are dropped by
+# `model.zero_grad()` where an optimizer's `zero_grad` would run.
+OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum", "adafactor", "none")
 ATTENTIONS = ("eager", "sdpa")
 CHECKPOINTING = ("none", "full")
 # The training loop's convention: "trainer" keeps only the loss (HF Trainer, Lightning, TRL,
@@ -51,8 +55,9 @@ ZERO_GRADS = ("none", "zeros")
 # the model's own (`model(input_ids, labels=...)`: the whole logits, then cross-entropy);
 # "chunked-output" is torchtune's chunked output with `CEWithChunkedOutputLoss`;
 # "chunked-output-litgpt" is LitGPT's `lm_head_chunk_size=128` with `chunked_cross_entropy`
-# (both written out in `chunked_output_loss`).
-LOSSES = ("standard", "chunked-output", "chunked-output-litgpt")
+# (both written out in `chunked_output_loss`); "logits-sum" is `model(input_ids).logits.sum()`
+# (no labels, no cross-entropy: the transformers SDPA docs' training benchmarks).
+LOSSES = ("standard", "chunked-output", "chunked-output-litgpt", "logits-sum")
 # "none": PyTorch on the CPU as it is; "cuda": the CPU run made to allocate what CUDA would
 # (see `install_cuda_emulation`).
 EMULATIONS = ("none", "cuda")
@@ -370,6 +375,28 @@ def chunked_output_loss(torch, model, input_ids, kind: str):
     raise ValueError(kind)
 
 
+def logits_sum(torch, logits):
+    """`logits.sum()` as a GPU runs its backward. Autograd's `SumBackward` hands the output
+    layer an expanded view of the scalar gradient (every stride 0); the layer's backward
+    reshapes it to `tokens x vocabulary` (still a view) and multiplies it in two matmuls, and a
+    GEMM cannot read a stride-0 matrix: cuBLAS (`prepare_matrix_for_cublas`) and the CPU BLAS
+    path both copy it to a contiguous tensor inside the kernel, which fake tensors never
+    allocate. Written out here: the gradient arrives contiguous, one copy for the layer's
+    backward."""
+
+    class Sum(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.shape = x.shape
+            return x.sum()
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad.expand(ctx.shape).contiguous()
+
+    return Sum.apply(logits)
+
+
 def case_use_cache(case: dict, config_value: bool) -> bool:
     """The case's `use_cache`: true, false, or "config" (the config's own value)."""
     value = case.get("use_cache", False)
@@ -443,6 +470,8 @@ def load_config_dict(model: str) -> dict:
 
 
 def build_optimizer(torch, name: str, params, foreach: bool):
+    if name == "none":
+        return None
     kw = {"foreach": foreach}
     if name == "adam":
         return torch.optim.Adam(params, lr=1e-4, **kw)
@@ -537,7 +566,7 @@ def run_case(case: dict, versions: dict) -> dict:
     loop = case.get("loop", "trainer")
     zero_grad = case.get("zero_grad", "none")
     loss_kind = case.get("loss", "standard")
-    if loss_kind != "standard" and model_type in MASKED_LM_TYPES:
+    if loss_kind not in ("standard", "logits-sum") and model_type in MASKED_LM_TYPES:
         raise ValueError("a chunked-output loss is a causal LM's")
     emulate = case.get("emulate", "none")
     if emulate != versions.get("emulate", "none"):
@@ -567,7 +596,7 @@ def run_case(case: dict, versions: dict) -> dict:
         model = auto.from_config(
             config,
             attn_implementation=case["attention"],
-            dtype=torch.bfloat16 if precision == "bf16" else torch.float32,
+            dtype={"bf16": torch.bfloat16, "fp16-true": torch.float16}.get(precision, torch.float32),
         )
         model.train()
         model, peft_note = peft_case.apply(model, case, torch)
@@ -602,7 +631,7 @@ def run_case(case: dict, versions: dict) -> dict:
 
         vocab = config.vocab_size
         tracker = Tracker()
-        tracker.track_external(model, opt)
+        tracker.track_external(*([model] if opt is None else [model, opt]))
         phase_peaks = {"forward": 0, "backward": 0, "optimizer": 0}
         best = {"peak": -1, "snap": None, "phase": None, "iteration": None}
         resident_opt_state = 0
@@ -644,7 +673,13 @@ def run_case(case: dict, versions: dict) -> dict:
                     tracker.reset_mod_stats()
                     start_phase()
                     with autocast():
-                        if loss_kind != "standard":
+                        if loss_kind == "logits-sum":
+                            if loop == "custom":
+                                outputs = model(input_ids=input_ids)
+                                loss = logits_sum(torch, outputs.logits)
+                            else:
+                                loss = logits_sum(torch, model(input_ids=input_ids).logits)
+                        elif loss_kind != "standard":
                             chunks, loss = chunked_output_loss(torch, model, input_ids, loss_kind)
                             if loop == "custom":
                                 # The chunks are the model's output, held as `outputs` is.
@@ -668,8 +703,11 @@ def run_case(case: dict, versions: dict) -> dict:
                         del loss, input_ids, labels
                     end_phase("backward", iteration)
                 start_phase()
-                opt.step()
-                opt.zero_grad(set_to_none=(zero_grad == "none"))
+                if opt is None:
+                    model.zero_grad(set_to_none=(zero_grad == "none"))
+                else:
+                    opt.step()
+                    opt.zero_grad(set_to_none=(zero_grad == "none"))
                 end_phase("optimizer", iteration)
                 resident_opt_state = dev_snapshot("current").get("Optstate", 0)
         del outputs

@@ -361,6 +361,8 @@ pub(crate) fn peak_lower_bound(
     let autocast = setup.precision.autocast();
     let dtype_size = setup.precision.compute_dtype().size();
     let log_probs_size = match setup.loss {
+        // The summed logits save nothing: their gradient comes in backward, after the loss.
+        crate::setup::LossKernel::LogitsSum => None,
         crate::setup::LossKernel::Standard => {
             Some(if spec.loss_upcasts_logits || autocast { 4 } else { dtype_size })
         }

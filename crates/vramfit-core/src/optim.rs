@@ -26,7 +26,7 @@ pub(crate) fn state_bytes(
 ) -> Result<u64, Overflow> {
     let m = |k: u64| numel.checked_mul(k).ok_or(Overflow);
     Ok(match opt {
-        Optimizer::Sgd => 0,
+        Optimizer::Sgd | Optimizer::None => 0,
         Optimizer::SgdMomentum | Optimizer::Lion => m(dtype.size())?,
         Optimizer::Adam | Optimizer::Adamw => m(2 * dtype.size())?,
         Optimizer::Adafactor => match matrix {
@@ -127,7 +127,7 @@ impl OptimizerRun {
             // torch keeps `step` as a 0-d fp32 tensor on the CPU: device memory only when the
             // device is the CPU.
             let counters = self.step_counters_on_device
-                && !matches!(self.opt, Optimizer::Sgd | Optimizer::SgdMomentum);
+                && !matches!(self.opt, Optimizer::Sgd | Optimizer::SgdMomentum | Optimizer::None);
             for &bytes in &self.state_bytes {
                 let bytes = if counters { bytes + 4 } else { bytes };
                 if bytes > 0 {
@@ -191,6 +191,7 @@ impl OptimizerRun {
             (
                 _,
                 Optimizer::Sgd
+                | Optimizer::None
                 | Optimizer::SgdMomentum
                 | Optimizer::Adamw8bit
                 | Optimizer::PagedAdamw8bit,

@@ -23,12 +23,21 @@ pub enum Precision {
     /// Pure bf16: `model.to(torch.bfloat16)`, no fp32 master copy, no autocast.
     #[serde(rename = "bf16")]
     Bf16,
+    /// Pure fp16: `model.to(torch.float16)` (`torch_dtype=torch.float16`), no fp32 master copy,
+    /// no autocast, no loss scaling (Lightning's `16-true`). Memory as pure bf16's.
+    #[serde(rename = "fp16-true")]
+    Fp16True,
 }
 
 impl Precision {
     /// All variants, in the order the CLI lists them.
-    pub const ALL: [Precision; 4] =
-        [Precision::Fp32, Precision::Fp16Mixed, Precision::Bf16Mixed, Precision::Bf16];
+    pub const ALL: [Precision; 5] = [
+        Precision::Fp32,
+        Precision::Fp16Mixed,
+        Precision::Bf16Mixed,
+        Precision::Bf16,
+        Precision::Fp16True,
+    ];
 
     /// The name used on the command line and in JSON.
     pub fn name(self) -> &'static str {
@@ -37,6 +46,7 @@ impl Precision {
             Precision::Fp16Mixed => "fp16-mixed",
             Precision::Bf16Mixed => "bf16-mixed",
             Precision::Bf16 => "bf16",
+            Precision::Fp16True => "fp16-true",
         }
     }
 
@@ -44,6 +54,7 @@ impl Precision {
     pub fn param_dtype(self) -> DType {
         match self {
             Precision::Bf16 => DType::Bf16,
+            Precision::Fp16True => DType::F16,
             _ => DType::F32,
         }
     }
@@ -52,7 +63,7 @@ impl Precision {
     pub fn compute_dtype(self) -> DType {
         match self {
             Precision::Fp32 => DType::F32,
-            Precision::Fp16Mixed => DType::F16,
+            Precision::Fp16Mixed | Precision::Fp16True => DType::F16,
             Precision::Bf16Mixed | Precision::Bf16 => DType::Bf16,
         }
     }
@@ -60,6 +71,12 @@ impl Precision {
     /// Whether `torch.autocast` is active.
     pub fn autocast(self) -> bool {
         matches!(self, Precision::Fp16Mixed | Precision::Bf16Mixed)
+    }
+
+    /// Whether the weights themselves are 16-bit (pure bf16 or pure fp16): no fp32 master copy,
+    /// no autocast.
+    pub fn is_pure(self) -> bool {
+        matches!(self, Precision::Bf16 | Precision::Fp16True)
     }
 
     /// Whether the setup needs hardware bf16 support.
@@ -88,11 +105,15 @@ pub enum Optimizer {
     Adafactor,
     /// Lion: one momentum buffer.
     Lion,
+    /// No optimizer: forward and backward only, as a benchmark's loop does
+    /// (`model.zero_grad(); model(**batch).logits.sum().backward()`): no state, no step; the
+    /// gradients live until `zero_grad` as with any optimizer.
+    None,
 }
 
 impl Optimizer {
     /// All variants, in the order the CLI lists them.
-    pub const ALL: [Optimizer; 8] = [
+    pub const ALL: [Optimizer; 9] = [
         Optimizer::Adam,
         Optimizer::Adamw,
         Optimizer::Sgd,
@@ -101,6 +122,7 @@ impl Optimizer {
         Optimizer::PagedAdamw8bit,
         Optimizer::Adafactor,
         Optimizer::Lion,
+        Optimizer::None,
     ];
 
     /// The name used on the command line and in JSON.
@@ -114,6 +136,7 @@ impl Optimizer {
             Optimizer::PagedAdamw8bit => "paged-adamw-8bit",
             Optimizer::Adafactor => "adafactor",
             Optimizer::Lion => "lion",
+            Optimizer::None => "none",
         }
     }
 }
@@ -271,15 +294,22 @@ pub enum LossKernel {
     /// chunk in the logits' own dtype (no upcast; autocast runs it in fp32).
     #[serde(rename = "chunked-output-litgpt")]
     ChunkedOutputLitgpt,
+    /// `model(**batch).logits.sum()`: the whole logits in their own dtype, summed, no
+    /// cross-entropy (the transformers SDPA docs' training benchmarks). Nothing is saved for
+    /// backward; the gradient reaches the output layer as an expanded (stride-0) view, which
+    /// its GEMMs copy to a whole contiguous gradient of the logits.
+    #[serde(rename = "logits-sum")]
+    LogitsSum,
 }
 
 impl LossKernel {
     /// All variants.
-    pub const ALL: [LossKernel; 4] = [
+    pub const ALL: [LossKernel; 5] = [
         LossKernel::Standard,
         LossKernel::Chunked,
         LossKernel::ChunkedOutput,
         LossKernel::ChunkedOutputLitgpt,
+        LossKernel::LogitsSum,
     ];
 
     /// The name used on the command line and in JSON.
@@ -289,6 +319,7 @@ impl LossKernel {
             LossKernel::Chunked => "chunked",
             LossKernel::ChunkedOutput => "chunked-output",
             LossKernel::ChunkedOutputLitgpt => "chunked-output-litgpt",
+            LossKernel::LogitsSum => "logits-sum",
         }
     }
 
@@ -296,7 +327,7 @@ impl LossKernel {
     /// loss (`None`: the whole sequence at once, or no logits at all).
     pub fn output_chunks(self, seq_len: u64) -> Option<Vec<u64>> {
         match self {
-            LossKernel::Standard | LossKernel::Chunked => None,
+            LossKernel::Standard | LossKernel::Chunked | LossKernel::LogitsSum => None,
             // `chunk(8, dim=1)`: slices of `ceil(seq_len / 8)`, the last one shorter (and
             // fewer than 8 of them when that rounding leaves nothing over).
             LossKernel::ChunkedOutput => {
@@ -628,13 +659,14 @@ named_enum!(Precision, "precision",
     "32" => Precision::Fp32, "32-true" => Precision::Fp32, "float32" => Precision::Fp32,
     "16-mixed" => Precision::Fp16Mixed, "fp16" => Precision::Fp16Mixed, "amp" => Precision::Fp16Mixed,
     "bf16-true" => Precision::Bf16, "bfloat16" => Precision::Bf16,
+    "16-true" => Precision::Fp16True, "float16" => Precision::Fp16True, "half" => Precision::Fp16True,
 );
 named_enum!(Optimizer, "optimizer",
     "adam8bit" => Optimizer::Adamw8bit, "adamw8bit" => Optimizer::Adamw8bit,
     "adam-8bit" => Optimizer::Adamw8bit, "adamw_bnb_8bit" => Optimizer::Adamw8bit,
     "paged_adamw_8bit" => Optimizer::PagedAdamw8bit, "pagedadamw8bit" => Optimizer::PagedAdamw8bit,
     "sgd_momentum" => Optimizer::SgdMomentum, "momentum" => Optimizer::SgdMomentum,
-    "adamw_torch" => Optimizer::Adamw,
+    "adamw_torch" => Optimizer::Adamw, "no" => Optimizer::None, "no-optimizer" => Optimizer::None,
 );
 named_enum!(QuantType, "quantization",
     "4bit" => QuantType::Nf4, "bnb-4bit" => QuantType::Nf4, "8bit" => QuantType::Int8,
@@ -660,6 +692,7 @@ named_enum!(LossKernel, "loss",
     "fused" => LossKernel::Chunked, "liger" => LossKernel::Chunked, "flce" => LossKernel::Chunked,
     "cce" => LossKernel::Chunked, "cross-entropy" => LossKernel::Standard,
     "torchtune" => LossKernel::ChunkedOutput, "litgpt" => LossKernel::ChunkedOutputLitgpt,
+    "sum" => LossKernel::LogitsSum,
 );
 
 #[cfg(test)]
@@ -715,7 +748,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "unknown optimizer 'adamq' (expected one of: adam, adamw, sgd, sgd-momentum, \
-             adamw-8bit, paged-adamw-8bit, adafactor, lion)"
+             adamw-8bit, paged-adamw-8bit, adafactor, lion, none)"
         );
     }
 
@@ -724,5 +757,8 @@ mod tests {
         assert_eq!("16-mixed".parse::<Precision>(), Ok(Precision::Fp16Mixed));
         assert_eq!("bf16-mixed".parse::<Precision>(), Ok(Precision::Bf16Mixed));
         assert_eq!("bf16-true".parse::<Precision>(), Ok(Precision::Bf16));
+        assert_eq!("16-true".parse::<Precision>(), Ok(Precision::Fp16True));
+        // The HF Trainer's `fp16=True` is mixed precision; pure fp16 is spelled out.
+        assert_eq!("fp16".parse::<Precision>(), Ok(Precision::Fp16Mixed));
     }
 }

@@ -21,6 +21,18 @@ const GOLDEN: &str = "tests/golden/estimates.txt";
 /// `(batch, seq_len)` pairs of the full grid.
 const SIZES: [(u64, u64); 2] = [(1, 512), (4, 2048)];
 
+/// The grid's precisions: every one but pure fp16, which allocates as pure bf16 does, byte for
+/// byte (`memory_twins_left_out_of_the_grid_estimate_alike` holds it).
+fn precisions() -> impl Iterator<Item = Precision> {
+    Precision::ALL.into_iter().filter(|&p| p != Precision::Fp16True)
+}
+
+/// The grid's optimizers: every one but `none` (no optimizer step), which allocates as SGD
+/// without momentum does (`memory_twins_left_out_of_the_grid_estimate_alike`).
+fn optimizers() -> impl Iterator<Item = Optimizer> {
+    Optimizer::ALL.into_iter().filter(|&o| o != Optimizer::None)
+}
+
 /// Where a case runs.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum On {
@@ -99,8 +111,8 @@ fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
     let plain = |model, setup| Case { model, setup, on: On::Cuda };
     for model in catalog::names() {
-        for precision in Precision::ALL {
-            for optimizer in Optimizer::ALL {
+        for precision in precisions() {
+            for optimizer in optimizers() {
                 for attention in Attention::ALL {
                     for checkpointing in Checkpointing::ALL {
                         for (micro_batch, seq_len) in SIZES {
@@ -139,7 +151,7 @@ fn cases() -> Vec<Case> {
                 ));
             }
         }
-        for precision in Precision::ALL {
+        for precision in precisions() {
             for attention in Attention::ALL {
                 for checkpointing in Checkpointing::ALL {
                     let setup = TrainSetup { precision, attention, checkpointing, ..base.clone() };
@@ -186,7 +198,7 @@ fn cases() -> Vec<Case> {
         ] {
             cases.push(plain(model, TrainSetup { precision, checkpointing, ..base.clone() }));
         }
-        for precision in Precision::ALL {
+        for precision in precisions() {
             let loss = LossKernel::Chunked;
             cases.push(plain(model, TrainSetup { precision, loss, ..base.clone() }));
         }
@@ -301,4 +313,49 @@ fn estimates_match_the_golden_file() {
         now.len(),
         diffs.iter().take(20).cloned().collect::<Vec<_>>().join("\n")
     );
+}
+
+/// What the grid leaves out allocates as what it keeps: pure fp16 as pure bf16 (the same
+/// sizes, no autocast, no master copy) and no optimizer as SGD without momentum (no state, no
+/// temporaries in `step()`), on every catalog model, with either loss over the whole logits.
+#[test]
+fn memory_twins_left_out_of_the_grid_estimate_alike() {
+    let numbers = |e: &vramfit_core::Estimate| {
+        format!(
+            "{:?} {:?} {:?} {:?} {:?}",
+            e.peak_allocated, e.peak_phase, e.components_at_peak, e.phase_peaks, e.model_states
+        )
+    };
+    for model in catalog::names() {
+        let spec = ModelSpec::from_hf_config(catalog::config_json(model).expect("catalog"))
+            .expect("catalog models resolve");
+        for loss in [LossKernel::Standard, LossKernel::LogitsSum] {
+            for attention in Attention::ALL {
+                let base = TrainSetup {
+                    micro_batch: 2,
+                    seq_len: 256,
+                    attention,
+                    loss,
+                    ..TrainSetup::default()
+                };
+                let pairs = [
+                    (
+                        TrainSetup { precision: Precision::Fp16True, ..base.clone() },
+                        TrainSetup { precision: Precision::Bf16, ..base.clone() },
+                    ),
+                    (
+                        TrainSetup { optimizer: Optimizer::None, ..base.clone() },
+                        TrainSetup { optimizer: Optimizer::Sgd, ..base.clone() },
+                    ),
+                ];
+                for (twin, kept) in pairs {
+                    for device in [Device::CUDA, Device::CPU_ORACLE] {
+                        let a = estimate_on(&spec, &twin, &device).expect("estimates");
+                        let b = estimate_on(&spec, &kept, &device).expect("estimates");
+                        assert_eq!(numbers(&a), numbers(&b), "{model}: {twin:?} against {kept:?}");
+                    }
+                }
+            }
+        }
+    }
 }

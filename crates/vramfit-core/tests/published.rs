@@ -33,7 +33,8 @@
 //!   partial optimizer, the KV cache under a checkpointing wrapper):
 //!   estimated without it, reported, no tolerance. The error then measures what the missing
 //!   mechanism costs (plus the row's other assumptions).
-//! - `needs`: not estimated (a task head, quantisation, torch.compile, ...); listed.
+//! - `needs`: not estimated (torch.compile, an optimizer vramfit lacks, an encoder-decoder, ...);
+//!   listed.
 //!
 //! A row of the first two tiers that is far off for a reason that was found carries
 //! `known_miss` (the reason): reported, never failing.
@@ -53,8 +54,8 @@ use serde_json::Value;
 use vramfit_core::card::device_used;
 use vramfit_core::overhead;
 use vramfit_core::{
-    Architecture, Attention, Bytes, Checkpointing, Device, Estimate, Lora, LoraTargets, LossKernel,
-    ModelSpec, ModelStates, Offload, Optimizer, OptimizerImpl, Parallel, Precision, Strategy,
+    Attention, Bytes, Checkpointing, DType, Device, Estimate, Lora, LoraTargets, LossKernel,
+    ModelSpec, ModelStates, Offload, Optimizer, OptimizerImpl, Parallel, Precision, Strategy, Task,
     TrainSetup, TrainingLoop, ZeroGrad, catalog, estimate_on, gpu, model_states_for_params,
 };
 
@@ -236,8 +237,8 @@ struct LoraRow {
 }
 
 /// A quantised base, in the JSON shape of the core's `TrainSetup::quantization`
-/// (`{kind, double_quant, compute_dtype}`; a row may add `implementation` and the like), so
-/// that the rows deserialize into it unchanged once it exists.
+/// (`{kind, double_quant, compute_dtype}`; a row may add `implementation` and the like),
+/// mapped to it in `train_setup`.
 #[derive(Debug, Deserialize)]
 struct Quantization {
     kind: String,
@@ -269,18 +270,22 @@ fn spec(row: &Row) -> Option<ModelSpec> {
         (None, Some(config)) if config.is_object() => config.to_string(),
         _ => return None,
     };
-    Some(
-        ModelSpec::from_hf_config(&json)
-            .unwrap_or_else(|e| panic!("{}: the row's model does not resolve: {e}", row.id)),
-    )
+    let spec = ModelSpec::from_hf_config(&json)
+        .unwrap_or_else(|e| panic!("{}: the row's model does not resolve: {e}", row.id));
+    // The head of the row's task (`AutoModelFor*`), when vramfit builds it: a task it does not
+    // know, or one the architecture has no head for, stays a need (see `needs`).
+    match row.setup.task.as_deref().and_then(|t| headed_task(&spec, t)) {
+        Some(task) => Some(
+            spec.for_task(task, row.setup.num_labels.unwrap_or(2))
+                .unwrap_or_else(|e| panic!("{}: task: {e}", row.id)),
+        ),
+        None => Some(spec),
+    }
 }
 
-/// The head the model's architecture trains with in vramfit today.
-fn native_task(spec: &ModelSpec) -> &'static str {
-    match spec.architecture {
-        Architecture::Bert | Architecture::Roberta => "masked-lm",
-        _ => "causal-lm",
-    }
+/// The row's task when vramfit builds its head on the model's architecture.
+fn headed_task(spec: &ModelSpec, task: &str) -> Option<Task> {
+    task.parse::<Task>().ok().filter(|t| spec.tasks().contains(t))
 }
 
 /// What the row's settings ask of vramfit that it cannot express yet, computed from the settings
@@ -292,10 +297,9 @@ fn needs(row: &Row, spec: Option<&ModelSpec>) -> BTreeSet<String> {
     let mut need = |n: String| {
         out.insert(n);
     };
-    // Without a readable model the head is unknown too: any task but causal-LM is a need.
-    // Task heads (`AutoModelForSequenceClassification`, ...) are being added to the core as
-    // `ModelSpec::for_task`: once they land, build the spec for the row's `task` (and its
-    // `num_labels`, which the classification rows carry) instead of asking for it here.
+    // `spec` carries the head of the row's task (`ModelSpec::for_task`, with the row's
+    // `num_labels`) when vramfit builds it; a task it does not know (`seq2seq`, ...), one the
+    // architecture has no head for, or any task but causal-LM without a readable model is a need.
     if matches!(s.task.as_deref(), Some("seq-cls" | "token-cls")) {
         assert!(
             s.num_labels.is_some_and(|n| n >= 1),
@@ -303,13 +307,19 @@ fn needs(row: &Row, spec: Option<&ModelSpec>) -> BTreeSet<String> {
         );
     }
     if let Some(task) = &s.task
-        && task != spec.map_or("causal-lm", native_task)
+        && match spec {
+            Some(sp) => headed_task(sp, task).is_none(),
+            None => task != "causal-lm",
+        }
     {
         need(format!("task:{task}"));
     }
     match s.precision.as_deref() {
         None => {}
-        Some("fp16") => need("precision:fp16".into()),
+        // vramfit reads `fp16` as the HF Trainer's `fp16=True` (mixed); a row says which it is.
+        Some("fp16") => panic!(
+            "{id}: precision 'fp16' is ambiguous: fp16-mixed (autocast) or fp16-true (fp16 weights)"
+        ),
         Some(p) => {
             p.parse::<Precision>().unwrap_or_else(|e| panic!("{id}: precision: {e}"));
         }
@@ -346,8 +356,12 @@ fn needs(row: &Row, spec: Option<&ModelSpec>) -> BTreeSet<String> {
     // LitGPT's `chunked_cross_entropy`: the model still makes every logit (in chunks), the
     // cross-entropy (and torchtune's fp32 upcast) is per chunk. `fused-linear-ce` is Liger's
     // fused linear + cross-entropy, which never makes them (vramfit's `chunked`).
+    // `logits-sum` is a benchmark's `model(**batch).logits.sum()`.
     match s.loss.as_deref() {
-        None | Some("ce" | "fused-linear-ce" | "chunked-output" | "chunked-output-litgpt") => {}
+        None
+        | Some(
+            "ce" | "fused-linear-ce" | "chunked-output" | "chunked-output-litgpt" | "logits-sum",
+        ) => {}
         Some(l) => need(format!("loss:{l}")),
     }
     if let Some(l) = &s.training_loop {
@@ -383,18 +397,14 @@ fn needs(row: &Row, spec: Option<&ModelSpec>) -> BTreeSet<String> {
             need(name.into());
         }
     }
-    if s.lora.as_ref().is_some_and(|l| l.use_dora) {
-        need("dora".into());
-    }
     if let Some(m) = &s.peft_method
         && m != "lora"
     {
         need(format!("peft:{m}"));
     }
-    // Quantised bases (bitsandbytes / torchao NF4, LLM.int8): the rows carry the whole
-    // `quantization {kind, double_quant, compute_dtype}` of the run. When `TrainSetup` gains its
-    // quantisation setting, drop this need and map the row's block in `train_setup`: the QLoRA
-    // rows then become estimated and this test asks for their `expressible` entries.
+    // Quantised bases (bitsandbytes NF4, FP4, LLM.int8): the rows carry the whole
+    // `quantization {kind, double_quant, compute_dtype}` of the run, which `train_setup` maps to
+    // `TrainSetup::quantization`.
     if let Some(q) = &s.quantization {
         assert!(
             ["nf4", "fp4", "int8"].contains(&q.kind.as_str())
@@ -403,7 +413,6 @@ fn needs(row: &Row, spec: Option<&ModelSpec>) -> BTreeSet<String> {
             "{id}: quantization {{kind: nf4|fp4|int8, double_quant (4-bit only), compute_dtype: \
              bf16|f16|f32}}"
         );
-        need(format!("quantization:{}", q.kind));
     }
     if spec.is_none() && row.model.params.is_none() {
         let declared: Vec<&String> = row
@@ -442,7 +451,7 @@ fn lora(row: &Row, l: &LoraRow) -> Lora {
         targets,
         dropout: l.dropout > 0.0,
         modules_to_save: l.modules_to_save.clone(),
-        use_dora: false,
+        use_dora: l.use_dora,
     }
 }
 
@@ -511,6 +520,13 @@ fn train_setup(row: &Row, seq_len: u64, approximate: bool) -> TrainSetup {
             .as_deref()
             .map_or(OptimizerImpl::Foreach, |i| i.parse().unwrap_or_else(|e| panic!("{id}: {e}"))),
         lora: s.lora.as_ref().map(|l| lora(row, l)),
+        quantization: s.quantization.as_ref().map(|q| vramfit_core::Quantization {
+            kind: q.kind.parse().unwrap_or_else(|e| panic!("{id}: {e}")),
+            double_quant: q.double_quant,
+            compute_dtype: DType::parse(&q.compute_dtype)
+                .unwrap_or_else(|| panic!("{id}: compute_dtype {}", q.compute_dtype)),
+            skip_modules: Vec::new(),
+        }),
         training_loop,
         zero_grad: s
             .zero_grad
@@ -521,6 +537,7 @@ fn train_setup(row: &Row, seq_len: u64, approximate: bool) -> TrainSetup {
             Some("fused-linear-ce") => LossKernel::Chunked,
             Some("chunked-output") => LossKernel::ChunkedOutput,
             Some("chunked-output-litgpt") => LossKernel::ChunkedOutputLitgpt,
+            Some("logits-sum") => LossKernel::LogitsSum,
             _ => LossKernel::Standard,
         },
         parallel: parallel(row),

@@ -410,7 +410,9 @@ pub enum ParallelError {
     #[error("reshard-after-forward is an FSDP setting; {0} does not reshard")]
     ReshardWithoutFsdp(Strategy),
     /// DeepSpeed's 16-bit modes always keep fp32 master weights.
-    #[error("DeepSpeed ZeRO has no pure-bf16 mode: its bf16 keeps fp32 master weights")]
+    #[error(
+        "DeepSpeed ZeRO has no pure 16-bit mode (--precision bf16 or fp16-true): its bf16 and fp16 keep fp32 master weights"
+    )]
     ZeroPureBf16,
     /// A bucket or threshold of zero elements.
     #[error("{0} must be positive")]
@@ -498,7 +500,7 @@ pub(crate) fn check(setup: &TrainSetup) -> Result<(), ParallelError> {
     if !p.reshard_after_forward && !s.is_fsdp() {
         return Err(ParallelError::ReshardWithoutFsdp(s));
     }
-    if s.zero_stage().is_some() && setup.precision == Precision::Bf16 {
+    if s.zero_stage().is_some() && setup.precision.is_pure() {
         return Err(ParallelError::ZeroPureBf16);
     }
     let z = &p.zero;
@@ -552,12 +554,10 @@ impl Dtypes {
                 master: DType::F32,
                 reduce: DType::F32,
             },
-            Precision::Bf16 => Dtypes {
-                compute: DType::Bf16,
-                autocast: false,
-                master: DType::Bf16,
-                reduce: DType::Bf16,
-            },
+            Precision::Bf16 | Precision::Fp16True => {
+                let pure = precision.param_dtype();
+                Dtypes { compute: pure, autocast: false, master: pure, reduce: pure }
+            }
             Precision::Fp16Mixed | Precision::Bf16Mixed => {
                 let low = precision.compute_dtype();
                 // FSDP reduces in fp32 (`reduce_dtype=float32`); DeepSpeed communicates in the

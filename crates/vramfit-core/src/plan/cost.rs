@@ -277,7 +277,9 @@ impl Rates {
     fn for_precision(&self, p: Precision) -> f64 {
         match p {
             Precision::Fp32 => self.fp32,
-            Precision::Fp16Mixed | Precision::Bf16Mixed | Precision::Bf16 => self.tensor16,
+            Precision::Fp16Mixed | Precision::Bf16Mixed | Precision::Bf16 | Precision::Fp16True => {
+                self.tensor16
+            }
         }
     }
 }

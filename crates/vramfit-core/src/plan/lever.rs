@@ -607,7 +607,7 @@ pub fn math_notes(user: &Config, plan: &Config) -> Vec<MathNote> {
         match p.precision {
             Precision::Fp16Mixed => notes.push(MathNote::Fp16GradScaler),
             Precision::Bf16Mixed => notes.push(MathNote::Bf16Autocast),
-            Precision::Fp32 | Precision::Bf16 => {}
+            Precision::Fp32 | Precision::Bf16 | Precision::Fp16True => {}
         }
     }
     if p.optimizer != u.optimizer {

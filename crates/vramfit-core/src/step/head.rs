@@ -33,7 +33,7 @@ pub(super) fn head_and_loss(
             if x.id != h.id {
                 g.drop(x.id);
             }
-            let loss = cross_entropy(g, cx, logits, s.loss_upcasts_logits)?;
+            let loss = loss_of(g, cx, logits, s.loss_upcasts_logits)?;
             return Ok((loss, Some(logits)));
         }
         (Head::SequenceClassification(_) | Head::TokenClassification, None) => {
@@ -80,8 +80,28 @@ pub(super) fn head_and_loss(
     } else {
         logits
     };
-    let loss = cross_entropy(g, cx, logits, s.loss_upcasts_logits)?;
+    let loss = loss_of(g, cx, logits, s.loss_upcasts_logits)?;
     Ok((loss, Some(logits)))
+}
+
+/// The loss over the whole logits: `logits.sum()` for `--loss logits-sum`, else cross-entropy.
+fn loss_of(g: &mut Graph, cx: &Context<'_>, logits: Tensor, upcasts: bool) -> Result<Tensor> {
+    if cx.setup.loss == LossKernel::LogitsSum {
+        logits_sum(g, logits)
+    } else {
+        cross_entropy(g, cx, logits, upcasts)
+    }
+}
+
+/// `logits.sum()`: a 0-d tensor in the logits' dtype, nothing saved. Its backward expands the
+/// scalar gradient to the logits' shape (a view, every stride 0); the output layer's GEMMs
+/// cannot read a stride-0 matrix and copy it (`prepare_matrix_for_cublas`, and the CPU BLAS
+/// path alike): a whole gradient of the logits in their dtype, as `validation/oracle.py`
+/// writes it out (`logits_sum`).
+fn logits_sum(g: &mut Graph, logits: Tensor) -> Result<Tensor> {
+    let loss = new(g, logits.dtype, 1)?;
+    g.record(&[loss.id], &[], &[Grad::New(logits.id, mul(logits.numel, logits.dtype.size())?)]);
+    Ok(loss)
 }
 
 /// Cross-entropy over the logits (`log_softmax` saving its output, then `nll_loss`). Causal
@@ -165,7 +185,7 @@ fn sequence_classification(
             pooled
         }
     };
-    let loss = cross_entropy(g, cx, logits, cx.spec.loss_upcasts_logits)?;
+    let loss = loss_of(g, cx, logits, cx.spec.loss_upcasts_logits)?;
     Ok((loss, logits))
 }
 

@@ -383,3 +383,81 @@ fn the_loop_zero_grad_and_cache_assumptions_are_printed_and_used() {
     assert_eq!(oracle["assumed"]["target"], "cpu-oracle");
     assert!(oracle["peak_reserved_bytes"].is_null(), "the CPU oracle has no caching allocator");
 }
+
+/// A training benchmark (the transformers docs' SDPA tables): fp16 weights, no optimizer,
+/// `logits.sum()` for a loss. No optimizer state, 2-byte parameters, no fp32 log-probabilities,
+/// and the names come back in the JSON setup.
+#[test]
+fn a_forward_and_backward_benchmark_has_no_optimizer_and_fp16_weights() {
+    let base = ["--model", "bert-base-uncased", "--batch", "16", "--seq-len", "512"];
+    let bench = json(
+        &[&base[..], &["--precision", "fp16-true", "--optimizer", "none", "--loss", "logits-sum"]]
+            .concat(),
+    );
+    let trained = json(&[&base[..], &["--precision", "bf16", "--optimizer", "sgd"]].concat());
+    let params = bench["parameters"].as_u64().unwrap();
+    assert_eq!(bench["components"]["optimizer_state"].as_u64(), Some(0));
+    // Parameters and gradients in fp16, nothing else in the model states.
+    assert_eq!(bench["model_states_bytes"].as_u64(), Some(4 * params));
+    assert_eq!(bench["setup"]["precision"], "fp16-true");
+    assert_eq!(bench["setup"]["optimizer"], "none");
+    assert_eq!(bench["setup"]["loss"], "logits-sum");
+    // The summed logits save nothing for backward where cross-entropy keeps its
+    // log-probabilities: the benchmark's peak is below the trained step's.
+    let peak = |v: &Value| v["peak_allocated_bytes"].as_u64().unwrap();
+    assert!(peak(&bench) < peak(&trained), "{} >= {}", peak(&bench), peak(&trained));
+}
+
+/// `plan` searches training setups: a benchmark without an optimizer or a training loss is
+/// refused with a hint to estimate it instead.
+#[test]
+fn plan_refuses_a_benchmark_setup() {
+    for extra in [["--optimizer", "none"], ["--loss", "logits-sum"]] {
+        let output = vramfit()
+            .args(["plan", "--model", "gpt2", "--gpu", "rtx-4090"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains("error: plan searches training setups"), "{stderr}");
+        assert!(
+            stderr.contains("hint: estimate the benchmark with `vramfit estimate`"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+/// Bad names for the new values are one-line errors that list the accepted ones.
+#[test]
+fn unknown_precision_optimizer_and_loss_list_the_new_names() {
+    let p = estimate_error("precision", &["--model", "gpt2", "--precision", "fp16-pure"]);
+    assert!(p.contains("fp16-true"), "{p}");
+    let o = estimate_error("optimizer", &["--model", "gpt2", "--optimizer", "nothing"]);
+    assert!(o.contains("none"), "{o}");
+    let l = estimate_error("loss", &["--model", "gpt2", "--loss", "logitsum"]);
+    assert!(l.contains("logits-sum"), "{l}");
+}
+
+/// The text output of a benchmark step: pure fp16, no optimizer, `logits.sum()`.
+#[test]
+fn a_forward_and_backward_benchmark_in_text() {
+    assert_cmd_snapshot!(vramfit().args([
+        "estimate",
+        "--model",
+        "bert-base-uncased",
+        "--batch",
+        "16",
+        "--seq-len",
+        "512",
+        "--precision",
+        "fp16-true",
+        "--optimizer",
+        "none",
+        "--loss",
+        "logits-sum",
+        "--gpu",
+        "a100-80gb",
+    ]));
+}

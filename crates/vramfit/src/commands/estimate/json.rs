@@ -34,7 +34,7 @@ pub struct SetupJson {
     pub micro_batch: u64,
     /// Tokens per sequence (`-s`).
     pub seq_len: u64,
-    /// `--precision`: fp32, fp16-mixed, bf16-mixed or bf16.
+    /// `--precision`: fp32, fp16-mixed, bf16-mixed, bf16 or fp16-true.
     pub precision: String,
     /// `--optimizer`.
     pub optimizer: String,

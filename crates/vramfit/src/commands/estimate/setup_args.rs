@@ -38,11 +38,13 @@ pub struct SetupArgs {
     #[arg(long, short = 's', default_value_t = 512, value_name = "N")]
     pub seq_len: u64,
 
-    /// Weights and compute: fp32, fp16-mixed, bf16-mixed (fp32 weights + autocast), bf16 (pure).
+    /// Weights and compute: fp32, fp16-mixed, bf16-mixed (fp32 weights + autocast), bf16 (pure
+    /// bf16 weights), fp16-true (pure fp16 weights, `torch_dtype=torch.float16`, no autocast).
     #[arg(long, default_value = "bf16-mixed", value_name = "P")]
     pub precision: String,
 
-    /// adam, adamw, sgd, sgd-momentum, adamw-8bit, paged-adamw-8bit, adafactor, lion.
+    /// adam, adamw, sgd, sgd-momentum, adamw-8bit, paged-adamw-8bit, adafactor, lion, or none
+    /// (no optimizer: forward and backward only, as a benchmark's loop does).
     #[arg(long, default_value = "adamw", value_name = "OPT")]
     pub optimizer: String,
 
@@ -167,8 +169,9 @@ pub struct SetupArgs {
     /// The loss: standard (the whole logits, then cross-entropy), chunked (a fused, chunked
     /// linear + cross-entropy that never makes the logits: Liger Kernel's), chunked-output
     /// (torchtune's CEWithChunkedOutputLoss: the output layer per 1/8 of the sequence, each
-    /// chunk upcast to fp32 on its own) or chunked-output-litgpt (LitGPT's
-    /// chunked_cross_entropy: 128-token chunks, no upcast).
+    /// chunk upcast to fp32 on its own), chunked-output-litgpt (LitGPT's
+    /// chunked_cross_entropy: 128-token chunks, no upcast) or logits-sum (`logits.sum()`, no
+    /// cross-entropy: a benchmark's loss).
     #[arg(long, default_value = "standard", value_name = "KIND")]
     pub loss: String,
 

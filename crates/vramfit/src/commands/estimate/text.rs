@@ -38,13 +38,18 @@ pub(crate) fn setup_line(setup: &TrainSetup) -> String {
         vramfit_core::LossKernel::Chunked => " · chunked cross-entropy",
         vramfit_core::LossKernel::ChunkedOutput => " · chunked-output cross-entropy (torchtune)",
         vramfit_core::LossKernel::ChunkedOutputLitgpt => " · chunked-output cross-entropy (LitGPT)",
+        vramfit_core::LossKernel::LogitsSum => " · loss logits.sum()",
     };
     format!(
         "batch {} × {} tokens · {} · {}{} · {} attention · checkpointing {}{}{}{loss}{}",
         setup.micro_batch,
         setup.seq_len,
         setup.precision,
-        setup.optimizer,
+        if setup.optimizer == vramfit_core::Optimizer::None {
+            "no optimizer".to_string()
+        } else {
+            setup.optimizer.to_string()
+        },
         state,
         setup.attention,
         setup.checkpointing,
@@ -266,8 +271,10 @@ fn untried_levers(setup: &TrainSetup, model_states: Bytes, capacity: Bytes) -> S
     if setup.precision == Precision::Fp32 {
         levers.push("--precision bf16-mixed");
     }
-    if !matches!(setup.optimizer, Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit | Optimizer::Sgd)
-    {
+    if !matches!(
+        setup.optimizer,
+        Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit | Optimizer::Sgd | Optimizer::None
+    ) {
         levers.push("--optimizer adamw-8bit");
     }
     if levers.is_empty() {

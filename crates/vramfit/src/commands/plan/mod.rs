@@ -183,6 +183,14 @@ pub fn compute(
             "drop --target (plans are for --target cuda, the default)",
         ));
     }
+    if setup.optimizer == vramfit_core::Optimizer::None
+        || setup.loss == vramfit_core::LossKernel::LogitsSum
+    {
+        return Err(Failure::with_hint(
+            "plan searches training setups: --optimizer none and --loss logits-sum describe a forward and backward benchmark (no optimizer step, no training loss)",
+            "estimate the benchmark with `vramfit estimate`; plan with the optimizer and loss the run trains with",
+        ));
+    }
     let context = args.cuda_context(&gpu)?;
     let budget = budget(args, &gpu)?;
     let alloc = args.card.alloc_conf()?;

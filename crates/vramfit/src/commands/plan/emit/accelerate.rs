@@ -24,8 +24,8 @@ pub(super) fn emit(cx: &Emit<'_>) -> String {
     let mixed = match s.precision {
         Precision::Fp16Mixed => "fp16",
         Precision::Bf16Mixed => "bf16",
-        // Pure bf16 loads the weights in bf16 and runs without autocast.
-        Precision::Fp32 | Precision::Bf16 => "'no'",
+        // Pure bf16 or fp16 loads the weights in that dtype and runs without autocast.
+        Precision::Fp32 | Precision::Bf16 | Precision::Fp16True => "'no'",
     };
     out.push_str("compute_environment: LOCAL_MACHINE\n");
     out.push_str("debug: false\n");

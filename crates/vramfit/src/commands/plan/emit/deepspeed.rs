@@ -25,7 +25,8 @@ pub(super) fn emit(cx: &Emit<'_>) -> Emitted {
                 json!({ "enabled": true, "loss_scale": 0, "initial_scale_power": 16 }),
             );
         }
-        Precision::Fp32 => {}
+        // ZeRO refuses pure 16-bit weights (ParallelError::ZeroPureBf16).
+        Precision::Fp32 | Precision::Fp16True => {}
     }
     config.insert("zero_optimization".into(), cx.zero_optimization());
     let mut elsewhere: Vec<String> = Vec::new();

@@ -16,6 +16,8 @@ fn optim(cx: &Emit<'_>) -> &'static str {
         (Optimizer::Adafactor, _) => "adafactor",
         (Optimizer::Sgd | Optimizer::SgdMomentum, _) => "sgd",
         (Optimizer::Lion, _) => "lion_32bit",
+        // `plan` refuses --optimizer none (a benchmark, not a training run).
+        (Optimizer::None, _) => "sgd",
     }
 }
 
@@ -36,7 +38,7 @@ pub(super) fn emit(cx: &Emit<'_>) -> String {
     model_only.loss = LossKernel::Standard;
     let plain = Emit { setup: &model_only, ..*cx };
     let (model_imports, model_lines) = plain.model_statements("model");
-    if s.precision == Precision::Bf16 {
+    if s.precision.is_pure() {
         out.push_str("import torch\n");
     }
     out.push_str(&format!(
@@ -60,8 +62,8 @@ pub(super) fn emit(cx: &Emit<'_>) -> String {
     match s.precision {
         Precision::Bf16Mixed => out.push_str("    bf16=True,\n"),
         Precision::Fp16Mixed => out.push_str("    fp16=True,  # with the Trainer's GradScaler\n"),
-        // Pure bf16: the weights were loaded in bf16; no autocast.
-        Precision::Fp32 | Precision::Bf16 => {}
+        // Pure bf16 or fp16: the weights were loaded in that dtype; no autocast.
+        Precision::Fp32 | Precision::Bf16 | Precision::Fp16True => {}
     }
     match s.checkpointing {
         Checkpointing::None => {}

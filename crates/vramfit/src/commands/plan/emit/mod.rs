@@ -218,8 +218,11 @@ impl<'a> Emit<'a> {
             vramfit_core::Attention::Sdpa => "sdpa",
             vramfit_core::Attention::Flash => "flash_attention_2",
         };
-        let dtype =
-            if self.setup.precision == Precision::Bf16 { ", dtype=torch.bfloat16" } else { "" };
+        let dtype = match self.setup.precision {
+            Precision::Bf16 => ", dtype=torch.bfloat16",
+            Precision::Fp16True => ", dtype=torch.float16",
+            _ => "",
+        };
         format!(
             "{}.from_pretrained({:?}, attn_implementation={attention:?}{dtype})",
             self.auto_class(),
@@ -307,6 +310,8 @@ impl<'a> Emit<'a> {
             Optimizer::Lion => {
                 (Some("import bitsandbytes as bnb"), format!("bnb.optim.Lion({params}, lr=1e-4)"))
             }
+            // `plan` refuses --optimizer none (a benchmark, not a training run).
+            Optimizer::None => (None, format!("torch.optim.SGD({params}, lr=0.0)")),
         }
     }
 
@@ -317,6 +322,7 @@ impl<'a> Emit<'a> {
             Precision::Fp16Mixed => "16-mixed",
             Precision::Bf16Mixed => "bf16-mixed",
             Precision::Bf16 => "bf16-true",
+            Precision::Fp16True => "16-true",
         }
     }
 }

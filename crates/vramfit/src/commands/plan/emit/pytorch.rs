@@ -87,7 +87,9 @@ pub(super) fn emit(cx: &Emit<'_>) -> String {
             out.push_str("    with torch.autocast(\"cuda\", dtype=torch.float16):\n");
             out.push_str(&format!("        loss = {forward}\n"));
         }
-        Precision::Fp32 | Precision::Bf16 => out.push_str(&format!("    loss = {forward}\n")),
+        Precision::Fp32 | Precision::Bf16 | Precision::Fp16True => {
+            out.push_str(&format!("    loss = {forward}\n"));
+        }
     }
     if fp16 {
         out.push_str("    scaler.scale(loss).backward()\n");
