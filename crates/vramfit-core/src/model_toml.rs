@@ -160,6 +160,14 @@ pub enum ModelTomlError {
         /// Largest accepted.
         max: u64,
     },
+    /// A probability outside `[0, 1)`.
+    #[error("'{field}' = {value} is not a probability below 1")]
+    NotAProbability {
+        /// The key.
+        field: &'static str,
+        /// The value given.
+        value: String,
+    },
     /// Two sizes that must divide do not.
     #[error("'{field}' = {value} does not divide '{other}' = {other_value}")]
     NotDivisible {
@@ -336,7 +344,7 @@ impl Keys<'_> {
         if (0.0..1.0).contains(&p) {
             Ok(p)
         } else {
-            Err(ModelTomlError::OutOfRange { field, value: p.to_string(), min: 0, max: 1 })
+            Err(ModelTomlError::NotAProbability { field, value: p.to_string() })
         }
     }
 
@@ -637,11 +645,11 @@ mod tests {
         );
         check_error(
             &with_line(STAPEL, "dropout", "dropout = 1.0"),
-            "'dropout' = 1 is out of range (0..=1)",
+            "'dropout' = 1 is not a probability below 1",
         );
         check_error(
             &with_line(STAPEL, "dropout", "dropout = nan"),
-            "'dropout' = NaN is out of range (0..=1)",
+            "'dropout' = NaN is not a probability below 1",
         );
         check_error(&with_line(STAPEL, "bias", "bias = \"yes\""), "'bias' must be true or false");
         check_error(&with_line(STAPEL, "heads", ""), "the key 'heads' is missing");
