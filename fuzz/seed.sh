@@ -19,6 +19,7 @@ seed() { # seed <target> <files...>
 
 shopt -s nullglob globstar
 seed hf_config "$root"/crates/vramfit-core/data/models/*.json
+seed model_toml "$root"/examples/*.toml "$root"/fuzz/seeds/model_toml/*.toml
 seed doctor_message "$doctor"/messages/* "$doctor"/logs/*
 seed doctor_pickle "$doctor"/snapshots/*.pickle
 seed doctor_summary "$doctor"/snapshots/*.txt

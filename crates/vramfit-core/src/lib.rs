@@ -12,7 +12,8 @@
 //! * [`gpu`] — the GPU catalog (data file `data/gpus.json`); [`card`] — the whole-card verdict;
 //!   [`overhead`] — the CUDA context, library workspaces and NCCL by GPU generation
 //!   (`data/card.json`).
-//! * [`hf_config`] and [`model`] — `config.json` → [`ModelSpec`]; [`catalog`] — built-in models;
+//! * [`hf_config`] and [`model`] — `config.json` → [`ModelSpec`]; [`model_toml`] — a model
+//!   described in TOML (your own `nn.Module`) → the same; [`catalog`] — built-in models;
 //!   [`layout`] — every parameter and buffer of a model, declared once.
 //! * [`Device`] — a device's mechanisms as data (CUDA, the CPU oracle).
 //! * [`plan`] — the planner: the cheapest changes that make a run fit, ranked by a cost model.
@@ -28,6 +29,7 @@ pub mod gpu;
 pub mod hf_config;
 pub mod layout;
 pub mod model;
+pub mod model_toml;
 #[doc(hidden)]
 pub mod oracle_case;
 pub mod overhead;

@@ -503,12 +503,12 @@ pub enum ConfigError {
     Overflow,
 }
 
-const MAX_VOCAB: u64 = 1 << 24;
-const MAX_HIDDEN: u64 = 1 << 18;
-const MAX_LAYERS: u64 = 4096;
-const MAX_HEADS: u64 = 4096;
-const MAX_INTERMEDIATE: u64 = 1 << 21;
-const MAX_POSITIONS: u64 = 1 << 24;
+pub(crate) const MAX_VOCAB: u64 = 1 << 24;
+pub(crate) const MAX_HIDDEN: u64 = 1 << 18;
+pub(crate) const MAX_LAYERS: u64 = 4096;
+pub(crate) const MAX_HEADS: u64 = 4096;
+pub(crate) const MAX_INTERMEDIATE: u64 = 1 << 21;
+pub(crate) const MAX_POSITIONS: u64 = 1 << 24;
 const MAX_EXPERTS: u64 = 4096;
 /// The most labels a classifier may have (beyond any vocabulary).
 pub const MAX_LABELS: u64 = 1 << 24;

@@ -5,6 +5,7 @@
 use vramfit_core::allocator::AllocConfError;
 use vramfit_core::card::CardError;
 use vramfit_core::gpu::GpuCatalogError;
+use vramfit_core::model_toml::ModelTomlError;
 use vramfit_core::peft::PeftError;
 use vramfit_core::{ConfigError, EstimateError, ParallelError, Strategy, Task, TaskError, Warning};
 
@@ -99,6 +100,51 @@ impl Hint for ConfigError {
                 format!("check '{field}' against the model's published config.json")
             }
             ConfigError::Overflow => "check the sizes in config.json; no real model is this large".into(),
+        }
+    }
+}
+
+impl Hint for ModelTomlError {
+    fn hint(&self) -> String {
+        match self {
+            ModelTomlError::TooLarge { .. } | ModelTomlError::Syntax { .. } => {
+                "pass a model TOML such as examples/stapel.toml (keys: vocab_size, hidden_size, layers, heads, ffn_size, ffn, norm, positions, tied_embeddings, bias)".into()
+            }
+            ModelTomlError::UnknownKey { .. } => format!(
+                "the keys of a model TOML are: {}",
+                vramfit_core::model_toml::KEYS.join(", ")
+            ),
+            ModelTomlError::Missing { field } => match *field {
+                "max_positions" => {
+                    "learned positions need their table's rows: add max_positions (such as 1024)"
+                        .into()
+                }
+                _ => format!("add {field} = ... to the model TOML (see examples/stapel.toml)"),
+            },
+            ModelTomlError::WrongType { field, .. } | ModelTomlError::OutOfRange { field, .. } => {
+                format!("fix {field} in the model TOML")
+            }
+            ModelTomlError::NotAProbability { field, .. } => {
+                format!("give {field} a probability in [0, 1), such as 0.1")
+            }
+            ModelTomlError::NotDivisible { field, other, .. } => match *field {
+                "heads" => "choose heads that divide hidden_size, or give head_dim (swiglu models)".into(),
+                _ => format!("choose {field} that divides {other}"),
+            },
+            ModelTomlError::UnknownChoice { field, expected, .. } => {
+                format!("set {field} to one of: {expected}")
+            }
+            ModelTomlError::NoArchitecture { .. } => {
+                "use an MLP ffn (gelu, gelu-tanh, gelu-new, relu) with norm = \"layernorm\" and learned or rotary positions, or ffn = \"swiglu\" with norm = \"rmsnorm\" and rotary positions".into()
+            }
+            ModelTomlError::NotInArchitecture { field, .. } => match *field {
+                "bias" => "set bias = true, or describe a swiglu / rmsnorm / rotary model, whose linears may go without biases".into(),
+                "kv_heads" => "drop kv_heads, or describe a swiglu / rmsnorm / rotary model for grouped-query attention".into(),
+                _ => "drop head_dim, or describe a swiglu / rmsnorm / rotary model for heads of another width".into(),
+            },
+            ModelTomlError::Overflow => {
+                "check the sizes in the model TOML; no real model is this large".into()
+            }
         }
     }
 }

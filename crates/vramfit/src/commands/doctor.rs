@@ -381,7 +381,7 @@ fn predict(setup: &SetupArgs) -> Result<Option<Prediction>, Failure> {
                 device_used: None,
             }
         }
-        ModelSource::Spec { label, spec } => {
+        ModelSource::Spec { label, spec, .. } => {
             let gpu = setup.gpu()?;
             let device = super::estimate::device_for(setup, setup.target()?, gpu.as_ref())?;
             let estimate = vramfit_core::estimate_on(&spec, &train, &device)

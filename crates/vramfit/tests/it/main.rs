@@ -7,6 +7,7 @@ mod estimate;
 mod http;
 mod lint;
 mod measure;
+mod model_toml;
 mod parallel;
 mod peft;
 mod plan;

@@ -374,6 +374,8 @@ pub struct EstimateJson {
     pub assumed: AssumedJson,
     /// The model's label; null for `--params`.
     pub model: Option<String>,
+    /// What the model's description was read from.
+    pub model_source: ModelSourceJson,
     /// Parameters.
     pub parameters: u64,
     /// Trainable parameters, with LoRA or frozen parts only.
@@ -407,6 +409,20 @@ pub struct EstimateJson {
     pub verdict: VerdictJson,
     /// Things the user should know.
     pub warnings: Vec<String>,
+}
+
+/// What a model's description was read from, and the architecture it is simulated as.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ModelSourceJson {
+    /// `built-in`, `config.json`, `hub` (a config.json in the local Hugging Face cache),
+    /// `toml` (a model TOML: your own transformer's sizes) or `params` (`--params`, a bare
+    /// count).
+    pub kind: String,
+    /// The file read; null for a built-in model and `--params`.
+    pub path: Option<String>,
+    /// The architecture (`model_type`) simulated: for a model TOML, the one its ffn, norm and
+    /// positions select; null for `--params`.
+    pub architecture: Option<String>,
 }
 
 /// The verdict against a GPU (keys of the top-level object), null without `--gpu`.
@@ -454,7 +470,18 @@ fn ranks_json(setup: &TrainSetup, report: Option<&vramfit_core::RankReport>) -> 
 /// The report as its typed JSON.
 pub fn output(report: &Report) -> EstimateJson {
     match report {
-        Report::Full { model, setup, estimate, verdict, warnings, trainable, assumed, .. } => {
+        Report::Full {
+            model,
+            origin,
+            architecture,
+            setup,
+            estimate,
+            verdict,
+            warnings,
+            trainable,
+            assumed,
+            ..
+        } => {
             let r = estimate.reserved;
             let c = &estimate.components_at_peak;
             let p = &estimate.phase_peaks;
@@ -468,6 +495,11 @@ pub fn output(report: &Report) -> EstimateJson {
                     target: assumed.target.name().into(),
                 },
                 model: Some(model.clone()),
+                model_source: ModelSourceJson {
+                    kind: origin.kind().into(),
+                    path: origin.path().map(str::to_string),
+                    architecture: Some(architecture.model_type().into()),
+                },
                 parameters: estimate.parameters,
                 trainable_parameters: trainable.map(|(t, _)| t),
                 parameters_with_adapters: trainable.map(|(_, total)| total),
@@ -516,6 +548,11 @@ pub fn output(report: &Report) -> EstimateJson {
                     target: target.name().into(),
                 },
                 model: None,
+                model_source: ModelSourceJson {
+                    kind: "params".into(),
+                    path: None,
+                    architecture: None,
+                },
                 parameters: *parameters,
                 trainable_parameters: None,
                 parameters_with_adapters: None,

@@ -18,7 +18,7 @@ use vramfit_core::units::parse_size;
 use vramfit_core::{AllocConf, Bytes, Device, Estimate, ModelStates, StepTimeline, TrainSetup};
 
 use crate::{Failure, Outcome};
-pub use setup_args::{Context, ModelSource, SetupArgs, Target};
+pub use setup_args::{Context, ModelOrigin, ModelSource, SetupArgs, Target};
 
 /// Arguments of `vramfit estimate`.
 #[derive(Debug, clap::Args)]
@@ -143,6 +143,10 @@ pub enum Report {
     Full {
         /// The model's label.
         model: String,
+        /// What the model's description was read from.
+        origin: ModelOrigin,
+        /// The architecture it is simulated as.
+        architecture: vramfit_core::Architecture,
         /// The setup.
         setup: TrainSetup,
         /// The result.
@@ -351,7 +355,7 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
             });
             Ok(Report::StatesOnly { parameters, setup, states, verdict, warnings, target })
         }
-        ModelSource::Spec { label, spec } => {
+        ModelSource::Spec { label, spec, origin } => {
             let (estimate, timeline) = if chart {
                 vramfit_core::estimate_timeline_on(&spec, &setup, &device, svg::POINTS)
                     .map(|(e, t)| (e, Some(t)))
@@ -383,6 +387,8 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
                 assumed,
                 trainable,
                 model: label,
+                origin,
+                architecture: spec.architecture,
                 setup,
                 estimate: Box::new(estimate),
                 verdict,

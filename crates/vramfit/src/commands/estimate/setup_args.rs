@@ -9,7 +9,7 @@ use vramfit_core::units::{parse_count, parse_size};
 use vramfit_core::{
     Attention, Bytes, Checkpointing, DType, Freeze, Lora, LoraTargets, LossKernel, ModelSpec,
     Optimizer, OptimizerImpl, Precision, QuantType, Quantization, Task, TrainSetup, TrainingLoop,
-    ZeroGrad, catalog,
+    ZeroGrad, catalog, model_toml,
 };
 use vramfit_hub::{HubEnv, HubRemote, RepoId};
 
@@ -20,8 +20,10 @@ use crate::Failure;
 #[derive(Debug, Clone, clap::Args)]
 pub struct SetupArgs {
     /// The model: a built-in name (`llama-3.1-8b`; see --list-models), a path to a Hugging Face
-    /// config.json (or its folder), or a Hub id (`ORG/NAME[@REV]`) from the local Hugging Face
-    /// cache (config.json alone is fetched when missing, unless HF_HUB_OFFLINE is set).
+    /// config.json (or its folder), a Hub id (`ORG/NAME[@REV]`) from the local Hugging Face
+    /// cache (config.json alone is fetched when missing, unless HF_HUB_OFFLINE is set), or a
+    /// `.toml` file describing your own transformer (sizes, ffn = gelu|swiglu, norm =
+    /// layernorm|rmsnorm, positions = learned|rotary; see examples/stapel.toml and the README).
     #[arg(long, short = 'm', value_name = "NAME|PATH|ORG/NAME")]
     pub model: Option<String>,
 
@@ -229,9 +231,44 @@ pub enum ModelSource {
         label: String,
         /// The spec.
         spec: Box<ModelSpec>,
+        /// What it was read from.
+        origin: ModelOrigin,
     },
     /// Only a parameter count.
     Parameters(u64),
+}
+
+/// What a model's description was read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelOrigin {
+    /// The built-in catalog.
+    Builtin,
+    /// A `config.json`: its path, or the name the web page gave its text.
+    ConfigJson(String),
+    /// The `config.json` of a Hub id, in the local Hugging Face cache.
+    Hub(String),
+    /// A model TOML file (`vramfit_core::model_toml`).
+    Toml(String),
+}
+
+impl ModelOrigin {
+    /// `built-in`, `config.json`, `hub` or `toml`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ModelOrigin::Builtin => "built-in",
+            ModelOrigin::ConfigJson(_) => "config.json",
+            ModelOrigin::Hub(_) => "hub",
+            ModelOrigin::Toml(_) => "toml",
+        }
+    }
+
+    /// The file read, if any.
+    pub fn path(&self) -> Option<&str> {
+        match self {
+            ModelOrigin::Builtin => None,
+            ModelOrigin::ConfigJson(p) | ModelOrigin::Hub(p) | ModelOrigin::Toml(p) => Some(p),
+        }
+    }
 }
 
 impl SetupArgs {
@@ -563,7 +600,7 @@ impl SetupArgs {
 
     /// The model with the head `--task` and `--num-labels` ask for.
     pub fn with_task(&self, source: ModelSource) -> Result<ModelSource, Failure> {
-        let ModelSource::Spec { label, spec } = source else { return Ok(source) };
+        let ModelSource::Spec { label, spec, origin } = source else { return Ok(source) };
         let task = match self.task.as_deref() {
             Some(text) => text.parse::<Task>().map_err(|e| {
                 Failure::with_hint(
@@ -584,7 +621,7 @@ impl SetupArgs {
         let spec = spec
             .for_task(task, self.num_labels.unwrap_or(2))
             .map_err(|e| Failure::with_hint(format!("{label}: {e}"), e.hint()))?;
-        Ok(ModelSource::Spec { label, spec: Box::new(spec) })
+        Ok(ModelSource::Spec { label, spec: Box::new(spec), origin })
     }
 }
 
@@ -592,52 +629,88 @@ impl ModelSource {
     /// A built-in model, by name; no file or Hub id.
     pub fn builtin(name: &str) -> Result<ModelSource, Failure> {
         match catalog::resolve(name) {
-            Some((id, json)) => spec_from(id.to_string(), json, &format!("built-in model {id}")),
+            Some((id, json)) => spec_from(
+                id.to_string(),
+                json,
+                &format!("built-in model {id}"),
+                ModelOrigin::Builtin,
+            ),
             None => Err(unknown_model(name)),
         }
     }
 
     /// The text of a `config.json`; `origin` names it in errors, as a path does on the CLI.
     pub fn from_config(label: String, json: &str, origin: &str) -> Result<ModelSource, Failure> {
-        spec_from(label, json, origin)
+        spec_from(label, json, origin, ModelOrigin::ConfigJson(origin.to_string()))
     }
 }
 
-fn spec_from(label: String, json: &str, origin: &str) -> Result<ModelSource, Failure> {
+fn spec_from(
+    label: String,
+    json: &str,
+    name: &str,
+    origin: ModelOrigin,
+) -> Result<ModelSource, Failure> {
     let spec = ModelSpec::from_hf_config(json)
-        .map_err(|e| Failure::with_hint(format!("{origin}: {e}"), e.hint()))?;
-    Ok(ModelSource::Spec { label, spec: Box::new(spec) })
+        .map_err(|e| Failure::with_hint(format!("{name}: {e}"), e.hint()))?;
+    Ok(ModelSource::Spec { label, spec: Box::new(spec), origin })
+}
+
+/// A model TOML file: its `name` (else the file's stem) and the spec it resolves to.
+fn spec_from_toml(path: &Path, name: &str) -> Result<ModelSource, Failure> {
+    let text = read_text(path, model_toml::MAX_MODEL_TOML_BYTES, "a model TOML")?;
+    let model = model_toml::parse(&text)
+        .map_err(|e| Failure::with_hint(format!("{name}: {e}"), e.hint()))?;
+    let label = model.name.unwrap_or_else(|| {
+        path.file_stem().map_or_else(|| name.to_string(), |s| s.to_string_lossy().into_owned())
+    });
+    Ok(ModelSource::Spec {
+        label,
+        spec: Box::new(model.spec),
+        origin: ModelOrigin::Toml(name.to_string()),
+    })
 }
 
 fn read_config(path: &Path) -> Result<String, Failure> {
+    read_text(path, vramfit_core::hf_config::MAX_CONFIG_BYTES, "a config.json")
+}
+
+/// A model description's text, refused unread when larger than `limit` bytes (`what` names the
+/// file expected).
+fn read_text(path: &Path, limit: usize, what: &str) -> Result<String, Failure> {
     let path_text = path.display().to_string();
     let meta = std::fs::metadata(path).map_err(|e| Failure::cannot_read(path, &e))?;
     // The same limit the parser enforces, checked before reading so weights are never loaded.
-    if meta.len() > vramfit_core::hf_config::MAX_CONFIG_BYTES as u64 {
+    if meta.len() > limit as u64 {
         return Err(Failure::with_hint(
-            format!("{path_text} is {} — too large for a config.json", Bytes(meta.len())),
-            "pass the model's config.json, never its weights",
+            format!("{path_text} is {} — too large for {what}", Bytes(meta.len())),
+            "pass the model's config.json or model TOML, never its weights",
         ));
     }
     let bytes = std::fs::read(path).map_err(|e| Failure::cannot_read(path, &e))?;
     String::from_utf8(bytes).map_err(|_| {
         Failure::with_hint(
             format!("{path_text} is not UTF-8 text"),
-            "pass the model's config.json, never its weights",
+            "pass the model's config.json or model TOML, never its weights",
         )
     })
 }
 
 /// A built-in name, a file or folder, or a Hub id in the local cache — in that order.
 fn resolve_model(name: &str) -> Result<ModelSource, Failure> {
-    if let Some((id, json)) = catalog::resolve(name) {
-        return spec_from(id.to_string(), json, &format!("built-in model {id}"));
+    if catalog::resolve(name).is_some() {
+        return ModelSource::builtin(name);
     }
     let path = Path::new(name);
+    let is_toml = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("toml"));
+    if is_toml && path.is_file() {
+        return spec_from_toml(path, name);
+    }
     if path.is_dir() {
         let file = path.join("config.json");
         let json = read_config(&file)?;
-        return spec_from(name.to_string(), &json, &file.display().to_string());
+        let file = file.display().to_string();
+        return spec_from(name.to_string(), &json, &file, ModelOrigin::ConfigJson(file.clone()));
     }
     if path.is_file() {
         let json = read_config(path)?;
@@ -646,12 +719,16 @@ fn resolve_model(name: &str) -> Result<ModelSource, Failure> {
             .and_then(Path::file_name)
             .filter(|_| path.file_name().is_some_and(|f| f == "config.json"))
             .map_or_else(|| name.to_string(), |dir| dir.to_string_lossy().into_owned());
-        return spec_from(label, &json, name);
+        return spec_from(label, &json, name, ModelOrigin::ConfigJson(name.to_string()));
     }
-    if name.ends_with(".json") {
+    if name.ends_with(".json") || is_toml {
         return Err(Failure::with_hint(
             format!("cannot read {name}: no such file"),
-            "check the path to the config.json",
+            if is_toml {
+                "check the path to the model TOML"
+            } else {
+                "check the path to the config.json"
+            },
         ));
     }
     if let Some(repo) = RepoId::parse(name) {
@@ -660,7 +737,8 @@ fn resolve_model(name: &str) -> Result<ModelSource, Failure> {
             .or_else(|_| vramfit_hub::download_config(&repo, &env, &HubRemote::from_process()))
             .map_err(|e| Failure::with_hint(e.to_string(), e.hint()))?;
         let json = read_config(&file)?;
-        return spec_from(name.to_string(), &json, &file.display().to_string());
+        let file = file.display().to_string();
+        return spec_from(name.to_string(), &json, &file, ModelOrigin::Hub(file.clone()));
     }
     Err(unknown_model(name))
 }
@@ -675,7 +753,7 @@ fn unknown_model(name: &str) -> Failure {
         .unwrap_or_default();
     Failure::with_hint(
         format!("unknown model '{name}'{suggestion}"),
-        "use a built-in name (vramfit estimate --list-models), a path to config.json, or a Hub id ORG/NAME",
+        "use a built-in name (vramfit estimate --list-models), a path to config.json or to a model TOML, or a Hub id ORG/NAME",
     )
 }
 

@@ -310,8 +310,24 @@ fn verdict(out: &mut dyn Write, v: &Verdict, setup: &TrainSetup, states: Bytes) 
 pub fn render(out: &mut dyn Write, report: &Report) -> io::Result<()> {
     match report {
         Report::Full {
-            model, setup, estimate, verdict: v, warnings, trainable, assumed, ..
+            model,
+            origin,
+            architecture,
+            setup,
+            estimate,
+            verdict: v,
+            warnings,
+            trainable,
+            assumed,
+            ..
         } => {
+            // A model TOML says what it is simulated as; the other sources name it already.
+            let model = match origin {
+                super::ModelOrigin::Toml(path) => {
+                    format!("{model} ({path}, simulated as {architecture})")
+                }
+                _ => model.clone(),
+            };
             match trainable {
                 Some((trainable, total)) => writeln!(
                     out,

@@ -165,7 +165,7 @@ pub fn compute(
 ) -> Result<PlanReport, Failure> {
     // The global batch is the plans' goal: the user's micro-batch need not divide it.
     let setup = args.train_setup_per_micro_batch()?;
-    let ModelSource::Spec { label, spec } = source else {
+    let ModelSource::Spec { label, spec, .. } = source else {
         return Err(Failure::with_hint(
             "plan needs a model: a bare parameter count has no activations to plan",
             "pass --model NAME, a config.json or ORG/NAME instead of --params",
