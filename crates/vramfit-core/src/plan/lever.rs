@@ -3,8 +3,8 @@
 //! A [`Lever`] is one thing a user can change about a run (the precision, the optimizer, ...);
 //! a [`Setting`] is one value of it. [`Lever::settings`] lists what a lever offers for this
 //! run and this GPU, the user's own setting first; [`Setting::apply`] writes a setting into a
-//! [`Config`]. Adding a lever (as ZeRO and FSDP sharding, CPU offload and QLoRA were) is a variant here,
-//! an arm in each `match` the compiler points to, and its cost in `cost.rs`.
+//! [`Config`]. Adding a lever (as ZeRO and FSDP sharding, CPU offload and QLoRA were) is a
+//! variant here, an arm in each `match` the compiler points to, and its cost in `cost.rs`.
 //!
 //! Sharding and CPU offload are one lever ([`Lever::Sharding`]): which offloads a strategy can
 //! take depends on the strategy (DeepSpeed offloads the optimizer from stage 1, parameters
