@@ -422,6 +422,21 @@ mod tests {
     }
 
     #[test]
+    fn a_4bit_base_costs_qlora_factor_times_lora() {
+        let (facts, setup) = gpt2();
+        let rates = Rates::of(Some((29.8, 59.5)));
+        let lora = TrainSetup { lora: Some(crate::plan::lever::default_lora()), ..setup };
+        let gpu = crate::plan::lever::GpuFacts::of(&crate::gpu::resolve("rtx-3080").unwrap());
+        let qlora = TrainSetup {
+            quantization: Some(crate::plan::lever::default_qlora(&gpu)),
+            ..lora.clone()
+        };
+        let ratio =
+            step_seconds(&facts, &qlora, 1e6, &rates) / step_seconds(&facts, &lora, 1e6, &rates);
+        assert!((ratio - QLORA_FACTOR).abs() < 1e-9, "{ratio}");
+    }
+
+    #[test]
     fn eight_bit_adamw_speeds_small_models_up_and_slows_large_ones_down() {
         assert!((eight_bit_factor(124e6) - 41.9 / 43.6).abs() < 1e-12);
         assert!(eight_bit_factor(1.5e9) > 41.9 / 43.6 && eight_bit_factor(1.5e9) < 3200.0 / 3000.0);
