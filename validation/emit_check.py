@@ -44,6 +44,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 FORMATS = ("pytorch", "lightning", "hf-trainer", "deepspeed", "accelerate")
+PYTHON_FORMATS = ("pytorch", "lightning", "hf-trainer")
 
 RUNS = {
     "forum-gpt2-rtx3080": [
@@ -328,7 +329,7 @@ def main() -> int:
                 else:
                     try:
                         world = plans[pick - 1]["data_parallel_gpus"]
-                        entry.update(ok=True, notes=CHECKS[fmt](done.stdout, world) + check_qlora(done.stdout))
+                        entry.update(ok=True, notes=CHECKS[fmt](done.stdout, world) + (check_qlora(done.stdout) if fmt in PYTHON_FORMATS else []))
                     except Exception as e:  # noqa: BLE001 - every failure is a result
                         entry.update(ok=False, error=f"{type(e).__name__}: {e}")
                 failed += not entry["ok"]
