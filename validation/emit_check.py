@@ -1,7 +1,7 @@
 """Builds what `vramfit plan --emit` writes with the real libraries, on the CPU.
 
 For a set of runs (the forum thread's GPT-2 case, a Llama plan with LoRA and the chunked loss,
-fp16 on a T4, checkpointing every n-th layer), every plan vramfit returns is emitted in every
+fp16 on a T4, checkpointing every n-th layer, QLoRA on a 16 GB card), every plan vramfit returns is emitted in every
 format and handed to the library that reads it:
 
 * pytorch    — parsed and compiled by Python; the optimizer's constructor is bound to the
@@ -44,6 +44,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 FORMATS = ("pytorch", "lightning", "hf-trainer", "deepspeed", "accelerate")
+PYTHON_FORMATS = ("pytorch", "lightning", "hf-trainer")
 
 RUNS = {
     "forum-gpt2-rtx3080": [
@@ -69,6 +70,10 @@ RUNS = {
     "llama-3.2-1b-rtx3080-offload": [
         "--model", "llama-3.2-1b", "--gpu", "rtx-3080", "-b", "8", "-s", "2048",
         "--keep", "micro-batch",
+    ],
+    "llama-3.1-8b-qlora-rtx4080": [
+        "--model", "llama-3.1-8b", "--gpu", "rtx-4080", "-b", "1", "-s", "512",
+        "--precision", "bf16-mixed", "--allow", "lora",
     ],
     "qwen2.5-0.5b-every-n-chunked": [
         "--model", "qwen2.5-0.5b", "--gpu", "rtx-4090", "-b", "8", "-s", "2048",
@@ -264,6 +269,33 @@ CHECKS = {
 }
 
 
+def check_qlora(text: str) -> list[str]:
+    """A QLoRA plan's `BitsAndBytesConfig(...)` is built by transformers and
+    `prepare_model_for_kbit_training`'s emitted arguments bind to peft's function."""
+    if "BitsAndBytesConfig(" not in text:
+        return []
+    import peft
+    import torch
+    import transformers
+
+    notes = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Call):
+            called = ast.unparse(node.func)
+            if called == "BitsAndBytesConfig":
+                config = eval(compile(ast.Expression(node), "emitted.py", "eval"),  # noqa: S307 - the emitted constructor call
+                              {"BitsAndBytesConfig": transformers.BitsAndBytesConfig, "torch": torch})
+                notes.append(f"BitsAndBytesConfig builds: 4-bit {config.load_in_4bit}, {config.bnb_4bit_quant_type}, "
+                             f"double quant {config.bnb_4bit_use_double_quant}, compute {config.bnb_4bit_compute_dtype}")
+            elif called == "prepare_model_for_kbit_training":
+                kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords}
+                inspect.signature(peft.prepare_model_for_kbit_training).bind(None, **kwargs)
+                notes.append(f"prepare_model_for_kbit_training({kwargs}) binds")
+    if not any(n.startswith("BitsAndBytesConfig builds") for n in notes):
+        raise ValueError("BitsAndBytesConfig(...) named but not built")
+    return notes
+
+
 def versions() -> dict:
     out = {"python": sys.version.split()[0]}
     for dist in ("torch", "transformers", "lightning", "deepspeed", "accelerate", "peft", "bitsandbytes", "liger-kernel", "pyyaml"):
@@ -297,7 +329,7 @@ def main() -> int:
                 else:
                     try:
                         world = plans[pick - 1]["data_parallel_gpus"]
-                        entry.update(ok=True, notes=CHECKS[fmt](done.stdout, world))
+                        entry.update(ok=True, notes=CHECKS[fmt](done.stdout, world) + (check_qlora(done.stdout) if fmt in PYTHON_FORMATS else []))
                     except Exception as e:  # noqa: BLE001 - every failure is a result
                         entry.update(ok=False, error=f"{type(e).__name__}: {e}")
                 failed += not entry["ok"]

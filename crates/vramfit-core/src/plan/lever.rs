@@ -3,8 +3,8 @@
 //! A [`Lever`] is one thing a user can change about a run (the precision, the optimizer, ...);
 //! a [`Setting`] is one value of it. [`Lever::settings`] lists what a lever offers for this
 //! run and this GPU, the user's own setting first; [`Setting::apply`] writes a setting into a
-//! [`Config`]. Adding a lever (ZeRO and FSDP sharding, CPU offload, QLoRA) is a variant here,
-//! an arm in each `match` the compiler points to, and its cost in `cost.rs`.
+//! [`Config`]. Adding a lever (as ZeRO and FSDP sharding, CPU offload and QLoRA were) is a
+//! variant here, an arm in each `match` the compiler points to, and its cost in `cost.rs`.
 //!
 //! Sharding and CPU offload are one lever ([`Lever::Sharding`]): which offloads a strategy can
 //! take depends on the strategy (DeepSpeed offloads the optimizer from stage 1, parameters
@@ -20,8 +20,9 @@ use crate::model::ModelSpec;
 use crate::parallel::{Offload, Strategy};
 use crate::setup::{
     Attention, Checkpointing, Lora, LoraTargets, LossKernel, Optimizer, OptimizerImpl, Precision,
-    TrainSetup,
+    QuantType, Quantization, TrainSetup,
 };
+use crate::units::DType;
 
 /// What the GPU can run, as far as the levers care (from the catalog; a bare capacity is
 /// taken as a card that runs everything).
@@ -37,6 +38,9 @@ pub struct GpuFacts {
     pub tflops: Option<(f64, f64)>,
     /// One-way NVLink bandwidth per GPU in GB/s, on boards that have it.
     pub nvlink_gbps: Option<f64>,
+    /// bitsandbytes' 4-bit layers run: an NVIDIA (CUDA) card, the platform QLoRA is built
+    /// and tested on (a bare capacity is taken as one).
+    pub bitsandbytes: bool,
 }
 
 impl GpuFacts {
@@ -49,6 +53,7 @@ impl GpuFacts {
                 flash_attention: g.supports_flash_attention(),
                 tflops: g.tflops.as_ref().map(|t| (t.fp32, t.tensor16)),
                 nvlink_gbps: g.nvlink_gbps.map(f64::from),
+                bitsandbytes: g.vendor == "nvidia",
             },
             crate::gpu::GpuChoice::Capacity(_) => GpuFacts {
                 label: choice.label(),
@@ -56,6 +61,7 @@ impl GpuFacts {
                 flash_attention: true,
                 tflops: None,
                 nvlink_gbps: None,
+                bitsandbytes: true,
             },
         }
     }
@@ -82,7 +88,8 @@ pub enum Lever {
     /// ZeRO 1/2/3, FSDP or HSDP with several GPUs, and CPU offload of the optimizer or the
     /// parameters (ZeRO-Offload also on one GPU).
     Sharding,
-    /// LoRA adapters on a frozen base: changes the training method, so only when allowed.
+    /// LoRA adapters on a frozen base, or QLoRA (the same adapters on a 4-bit NF4 base):
+    /// changes the training method, so only when allowed.
     Lora,
 }
 
@@ -260,9 +267,18 @@ impl Lever {
                 v
             }
             Lever::Lora => {
-                let mut v = vec![Setting::Lora(user.lora.clone())];
+                let own = match (&user.lora, &user.quantization) {
+                    (Some(l), Some(q)) => Setting::Qlora(l.clone(), q.clone()),
+                    (l, _) => Setting::Lora(l.clone()),
+                };
+                let mut v = vec![own];
+                let lora = user.lora.clone().unwrap_or_else(default_lora);
                 if user.lora.is_none() {
-                    v.push(Setting::Lora(Some(default_lora())));
+                    v.push(Setting::Lora(Some(lora.clone())));
+                }
+                // QLoRA: the same adapters on a 4-bit base, where bitsandbytes runs.
+                if user.quantization.is_none() && cx.gpu.bitsandbytes && !lora.use_dora {
+                    v.push(Setting::Qlora(lora, default_qlora(cx.gpu)));
                 }
                 v
             }
@@ -287,6 +303,19 @@ pub fn default_lora() -> Lora {
         dropout: true,
         modules_to_save: Vec::new(),
         use_dora: false,
+    }
+}
+
+/// The base a QLoRA plan quantises: the QLoRA paper's recipe as `BitsAndBytesConfig` spells
+/// it (`load_in_4bit`, `bnb_4bit_quant_type="nf4"`, `bnb_4bit_use_double_quant=True`),
+/// computing in bf16, or fp16 where the card has no bf16 (the precision lever's choice; the
+/// estimate refuses bf16 compute there).
+pub fn default_qlora(gpu: &GpuFacts) -> Quantization {
+    Quantization {
+        kind: QuantType::Nf4,
+        double_quant: true,
+        compute_dtype: if gpu.bf16 { DType::Bf16 } else { DType::F16 },
+        skip_modules: Vec::new(),
     }
 }
 
@@ -329,8 +358,10 @@ pub enum Setting {
     ExpandableSegments(bool),
     /// A strategy for several GPUs and what it offloads to the host.
     Sharding(Strategy, Offload),
-    /// LoRA adapters (`None`: every parameter trains).
+    /// LoRA adapters (`None`: every parameter trains) on an unquantised base.
     Lora(Option<Lora>),
+    /// QLoRA: LoRA adapters on a base quantised by bitsandbytes.
+    Qlora(Lora, Quantization),
 }
 
 /// A setup with its allocator settings: what one candidate is, before its micro-batch is
@@ -354,7 +385,7 @@ impl Setting {
             Setting::Loss(_) => Lever::Loss,
             Setting::ExpandableSegments(_) => Lever::Allocator,
             Setting::Sharding(..) => Lever::Sharding,
-            Setting::Lora(_) => Lever::Lora,
+            Setting::Lora(_) | Setting::Qlora(..) => Lever::Lora,
         }
     }
 
@@ -376,6 +407,7 @@ impl Setting {
             }
             Setting::Lora(Some(_)) => "lora".into(),
             Setting::Lora(None) => "full-fine-tuning".into(),
+            Setting::Qlora(..) => "qlora".into(),
         }
     }
 
@@ -407,14 +439,15 @@ impl Setting {
                     Offload::Both => format!("{strategy} + CPU offload"),
                 }
             }
-            Setting::Lora(Some(l)) => {
-                let targets = match &l.targets {
-                    LoraTargets::PeftDefault => "q,v".to_string(),
-                    LoraTargets::AllLinear => "all-linear".to_string(),
-                    LoraTargets::Modules(m) => m.join(","),
-                };
-                format!("LoRA r={} on {targets}", l.rank)
-            }
+            Setting::Lora(Some(l)) => format!("LoRA r={} on {}", l.rank, targets(l)),
+            Setting::Qlora(l, q) => format!(
+                "QLoRA r={} on {}, {} base{}, {} compute",
+                l.rank,
+                targets(l),
+                q.kind.name().to_ascii_uppercase(),
+                if q.double_quant { " double-quantised" } else { "" },
+                q.compute_dtype
+            ),
             Setting::Lora(None) => "full fine-tuning".into(),
             other => other.name(),
         }
@@ -445,9 +478,15 @@ impl Setting {
             }
             Setting::Lora(l) => {
                 c.setup.lora.clone_from(l);
+                c.setup.quantization = None;
                 if l.is_some() {
                     c.setup.freeze = crate::setup::Freeze::default();
                 }
+            }
+            Setting::Qlora(l, q) => {
+                c.setup.lora = Some(l.clone());
+                c.setup.quantization = Some(q.clone());
+                c.setup.freeze = crate::setup::Freeze::default();
             }
         }
     }
@@ -458,6 +497,10 @@ impl Setting {
         match self {
             Setting::Precision(p) => gpu.bf16 || !p.needs_bf16(),
             Setting::Attention(Attention::Flash) => gpu.flash_attention,
+            // bitsandbytes' 4-bit layers: CUDA, and bf16 compute only with hardware bf16.
+            Setting::Qlora(_, q) => {
+                gpu.bitsandbytes && (gpu.bf16 || q.compute_dtype != DType::Bf16)
+            }
             _ => true,
         }
     }
@@ -474,8 +517,19 @@ impl Setting {
             Lever::Loss => Setting::Loss(s.loss),
             Lever::Allocator => Setting::ExpandableSegments(c.alloc.expandable_segments),
             Lever::Sharding => Setting::Sharding(s.parallel.strategy, s.parallel.offload),
-            Lever::Lora => Setting::Lora(s.lora.clone()),
+            Lever::Lora => match (&s.lora, &s.quantization) {
+                (Some(l), Some(q)) => Setting::Qlora(l.clone(), q.clone()),
+                (l, _) => Setting::Lora(l.clone()),
+            },
         })
+    }
+}
+
+fn targets(l: &Lora) -> String {
+    match &l.targets {
+        LoraTargets::PeftDefault => "q,v".to_string(),
+        LoraTargets::AllLinear => "all-linear".to_string(),
+        LoraTargets::Modules(m) => m.join(","),
     }
 }
 
@@ -486,10 +540,18 @@ fn is_torch_native(o: Optimizer) -> bool {
 /// Whether the settings of a config make sense together: FlashAttention needs 16-bit inputs
 /// (with fp32, PyTorch falls back to another kernel, so the plan would not be what it says);
 /// the strategy must run with the precision and offload chosen (DeepSpeed takes no pure bf16;
-/// see [`crate::parallel`]); and an 8-bit or paged optimizer is not DeepSpeed's CPU Adam.
+/// see [`crate::parallel`]); an 8-bit or paged optimizer is not DeepSpeed's CPU Adam; and a
+/// quantised base runs as the estimate takes it ([`crate::peft::check`]): not under pure bf16
+/// (`prepare_model_for_kbit_training` upcasts to fp32) nor under a strategy that shards the
+/// parameters or casts the model itself (ZeRO-3 and FSDP do not shard 4-bit weights).
 pub fn compatible(c: &Config) -> bool {
     let s = &c.setup;
-    !(s.attention == Attention::Flash && s.precision == Precision::Fp32)
+    let quantized_runs = s.quantization.is_none()
+        || !(s.precision == Precision::Bf16
+            || s.parallel.strategy.shards_parameters()
+            || s.parallel.strategy.owns_mixed_precision());
+    quantized_runs
+        && !(s.attention == Attention::Flash && s.precision == Precision::Fp32)
         && crate::parallel::check(s).is_ok()
         && !(s.parallel.offload.optimizer()
             && matches!(
@@ -533,6 +595,8 @@ pub enum MathNote {
     DecoupledWeightDecay,
     /// LoRA trains adapters only.
     LoraTrainsAdapters,
+    /// QLoRA: the frozen base is stored in 4 bits and dequantised in every matmul.
+    QloraQuantizedBase,
     /// The chunked loss needs Liger Kernel; the loss is the same up to summation order.
     ChunkedLossSameLoss,
     /// Checkpointing recomputes; the result is the same (dropout's RNG state is restored).
@@ -572,6 +636,9 @@ impl fmt::Display for MathNote {
             }
             MathNote::LoraTrainsAdapters => {
                 "LoRA trains low-rank adapters on a frozen base: a different training method, with its own learning rate"
+            }
+            MathNote::QloraQuantizedBase => {
+                "QLoRA: the frozen base is stored as 4-bit NF4 (bitsandbytes, CUDA) and dequantised in every matmul, so the forward is an approximation of the 16-bit model's; prepare_model_for_kbit_training upcasts the other parameters to fp32"
             }
             MathNote::ChunkedLossSameLoss => {
                 "chunked cross-entropy (Liger Kernel's fused linear cross-entropy, pip install liger-kernel): the same loss and gradients up to summation order"
@@ -629,6 +696,9 @@ pub fn math_notes(user: &Config, plan: &Config) -> Vec<MathNote> {
     if p.lora.is_some() && u.lora.is_none() {
         notes.push(MathNote::LoraTrainsAdapters);
     }
+    if p.quantization.is_some() && u.quantization.is_none() {
+        notes.push(MathNote::QloraQuantizedBase);
+    }
     if p.loss != u.loss && p.loss == LossKernel::Chunked {
         notes.push(MathNote::ChunkedLossSameLoss);
     }
@@ -659,6 +729,7 @@ mod tests {
             flash_attention: bf16,
             tflops: None,
             nvlink_gbps: None,
+            bitsandbytes: true,
         }
     }
 
@@ -780,6 +851,29 @@ mod tests {
         };
         assert_eq!(offered(&gpu(true)), ["sdpa", "flash"]);
         assert_eq!(offered(&gpu(false)), ["sdpa"]);
+    }
+
+    #[test]
+    fn qlora_computes_in_bf16_where_the_card_has_it_and_runs_only_on_cuda() {
+        let user = TrainSetup::default();
+        assert_eq!(settings(Lever::Lora, &user, &gpu(true)), ["full-fine-tuning", "lora", "qlora"]);
+        assert_eq!(default_qlora(&gpu(true)).compute_dtype, DType::Bf16);
+        let fp16 = default_qlora(&gpu(false));
+        assert_eq!(
+            (fp16.kind, fp16.double_quant, fp16.compute_dtype),
+            (QuantType::Nf4, true, DType::F16)
+        );
+        let bf16 = Setting::Qlora(default_lora(), default_qlora(&gpu(true)));
+        assert!(bf16.runs_on(&gpu(true)) && !bf16.runs_on(&gpu(false)));
+        let rocm = GpuFacts { bitsandbytes: false, ..gpu(true) };
+        assert_eq!(settings(Lever::Lora, &user, &rocm), ["full-fine-tuning", "lora"]);
+        // Not under ZeRO-3 / FSDP, which do not shard 4-bit weights, nor pure bf16.
+        let mut c = Config { setup: user, alloc: AllocConf::DEFAULT };
+        bf16.apply(&mut c);
+        assert!(compatible(&c));
+        c.setup.parallel.gpus_per_node = 2;
+        c.setup.parallel.strategy = Strategy::Zero3;
+        assert!(!compatible(&c));
     }
 
     #[test]

@@ -106,6 +106,7 @@ struct StatesKey {
     optimizer: crate::setup::Optimizer,
     state_dtype: Option<crate::units::DType>,
     lora: Option<Lora>,
+    quantization: Option<crate::setup::Quantization>,
     freeze: crate::setup::Freeze,
     parallel: crate::parallel::Parallel,
 }
@@ -117,6 +118,7 @@ impl StatesKey {
             optimizer: s.optimizer,
             state_dtype: s.optimizer_state_dtype,
             lora: s.lora.clone(),
+            quantization: s.quantization.clone(),
             freeze: s.freeze,
             parallel: s.parallel,
         }

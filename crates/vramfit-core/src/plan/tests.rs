@@ -408,3 +408,68 @@ fn the_activation_bound_changes_no_plan() {
     assert!(!sharded.plans.is_empty());
     assert!(sharded.plans.iter().any(|p| p.config.setup.parallel.strategy.shards_parameters()));
 }
+
+/// Llama-3.1-8B on a 16 GB card: its 16 GB of bf16 weights do not fit under LoRA, its 4-bit
+/// base does (with the embeddings and output layer in fp32): QLoRA is the first plan, with
+/// the numbers a full estimate of that setup gives.
+#[test]
+fn qlora_is_offered_where_lora_does_not_fit_with_the_estimates_numbers() {
+    let spec = spec("llama-3.1-8b");
+    let user = TrainSetup {
+        micro_batch: 1,
+        seq_len: 512,
+        precision: Precision::Bf16Mixed,
+        ..TrainSetup::default()
+    };
+    let mut req = request(&spec, "rtx-4080", user, 1);
+    req.constraints.allow = vec![Lever::Lora];
+    let out = plan(&req).unwrap();
+    assert!(out.plans[0].config.setup.quantization.is_some());
+    // LoRA on the 16-bit base fits only with its weights offloaded to the host.
+    assert!(
+        out.plans
+            .iter()
+            .all(|p| p.config.setup.quantization.is_some()
+                || p.config.setup.parallel.offload.params())
+    );
+    for p in out.plans.iter().filter(|p| p.config.setup.quantization.is_some()) {
+        let q = p.config.setup.quantization.as_ref().unwrap();
+        let recipe = (q.kind, q.double_quant, q.compute_dtype);
+        assert_eq!(recipe, (crate::QuantType::Nf4, true, crate::DType::Bf16));
+        assert!(p.notes.contains(&MathNote::QloraQuantizedBase));
+        let device = search::device(&req, &p.config);
+        let e = crate::estimate::estimate_on(&spec, &p.config.setup, &device).unwrap();
+        assert_eq!(e.peak_allocated, p.estimate.peak_allocated);
+        assert_eq!(e.model_states, p.estimate.model_states);
+        assert_eq!(e.reserved, p.estimate.reserved);
+    }
+    // Not without --allow lora.
+    req.constraints.allow = Vec::new();
+    assert!(plan(&req).map_or(true, |o| o.plans.is_empty()));
+}
+
+/// Where LoRA fits, QLoRA (1.66× its step time) ranks after it with the same other settings,
+#[test]
+fn qlora_ranks_after_lora() {
+    let spec = spec("llama-3.2-1b");
+    let user = TrainSetup { micro_batch: 8, seq_len: 2048, ..TrainSetup::default() };
+    let mut req = request(&spec, "rtx-3080", user, 8);
+    req.constraints.allow = vec![Lever::Lora];
+    req.top = 200;
+    let out = plan(&req).unwrap();
+    let position = |quantized: bool| {
+        out.plans.iter().position(|p| {
+            p.config.setup.lora.is_some() && p.config.setup.quantization.is_some() == quantized
+        })
+    };
+    let (lora, qlora) = (position(false).unwrap(), position(true).unwrap());
+    assert!(lora < qlora, "{lora} {qlora}");
+    for q in out.plans.iter().filter(|p| p.config.setup.quantization.is_some()) {
+        let mut twin = q.config.clone();
+        twin.setup.quantization = None;
+        if let Some(l) = out.plans.iter().find(|p| p.config == twin) {
+            assert!(l.cost.cost < q.cost.cost);
+            assert!(l.cost.relative_step_time < q.cost.relative_step_time);
+        }
+    }
+}

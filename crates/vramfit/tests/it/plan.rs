@@ -109,8 +109,8 @@ fn the_forum_thread_plan_in_json() {
     assert!(remedies.iter().any(|r| r["change"]["to"] == "4 × 4" && r["fits"] == true));
 }
 
-/// Every format, for the first plan of the forum case and for a Llama plan with LoRA and
-/// the chunked loss (Liger), each checked where its reader reads it.
+/// Every format, for the first plan of the forum case, for a Llama plan with LoRA and the
+/// chunked loss (Liger), and for a QLoRA plan, each checked where its reader reads it.
 #[test]
 fn every_emitted_format_is_valid_and_as_expected() {
     let llama: &[&str] = &[
@@ -146,7 +146,23 @@ fn every_emitted_format_is_valid_and_as_expected() {
         "--keep",
         "loss",
     ];
-    for (name, args) in [("forum", FORUM), ("llama", llama), ("sharded", sharded)] {
+    // Llama-3.1-8B on a 16 GB card: only its 4-bit base fits (QLoRA).
+    let qlora: &[&str] = &[
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "rtx-4080",
+        "-b",
+        "1",
+        "-s",
+        "512",
+        "--precision",
+        "bf16-mixed",
+        "--allow",
+        "lora",
+    ];
+    for (name, args) in [("forum", FORUM), ("llama", llama), ("sharded", sharded), ("qlora", qlora)]
+    {
         for format in ["pytorch", "lightning", "hf-trainer", "deepspeed", "accelerate"] {
             let (code, text, err) = stdout(&[&["plan"], args, &["--emit", format]].concat());
             assert_eq!(code, Some(0), "{name} {format}: {err}");
@@ -239,6 +255,9 @@ fn an_impossible_goal_gets_the_closest_setups_and_what_it_would_take() {
         "micro-batch,sharding",
         "--allow",
         "lora",
+        // Its 4-bit base would leave room for the activations.
+        "--forbid",
+        "qlora",
     ]);
     assert!(v["requirement"]["gpus_of_this_kind"].is_null());
     assert!(!v["requirement"]["larger_gpu"].is_null());

@@ -16,6 +16,11 @@ pub(super) fn emit(cx: &Emit<'_>) -> String {
         s.grad_accum, s.micro_batch
     ));
     out.push_str("# the model and optimizer as `vramfit plan --emit pytorch` writes them.\n");
+    if let Some(config) = cx.bnb_config() {
+        out.push_str(&format!(
+            "# QLoRA: from_pretrained(..., quantization_config={config}), then prepare_model_for_kbit_training (bitsandbytes, CUDA).\n"
+        ));
+    }
     if let Some(conf) = cx.alloc_conf() {
         out.push_str(&format!(
             "# Launch with PYTORCH_CUDA_ALLOC_CONF={conf} set in the environment.\n"

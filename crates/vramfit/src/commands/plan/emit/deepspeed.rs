@@ -54,6 +54,13 @@ pub(super) fn emit(cx: &Emit<'_>) -> Emitted {
     if s.lora.is_some() {
         elsewhere.push("the LoRA adapters (peft) on the model".into());
     }
+    if s.quantization.is_some() {
+        // The planner never pairs QLoRA with ZeRO-3, which does not shard 4-bit weights.
+        elsewhere.push(
+            "the 4-bit base (BitsAndBytesConfig at from_pretrained, then prepare_model_for_kbit_training; ZeRO-3 does not shard 4-bit weights, so this plan does not use it)"
+                .into(),
+        );
+    }
     if s.loss == LossKernel::Chunked {
         elsewhere.push("the chunked loss (liger-kernel) on the model".into());
     }

@@ -38,7 +38,7 @@ pub(super) fn emit(cx: &Emit<'_>) -> String {
     model_only.loss = LossKernel::Standard;
     let plain = Emit { setup: &model_only, ..*cx };
     let (model_imports, model_lines) = plain.model_statements("model");
-    if s.precision.is_pure() {
+    if s.precision.is_pure() || s.quantization.is_some() {
         out.push_str("import torch\n");
     }
     out.push_str(&format!(

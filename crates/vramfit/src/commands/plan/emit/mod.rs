@@ -223,11 +223,31 @@ impl<'a> Emit<'a> {
             Precision::Fp16True => ", dtype=torch.float16",
             _ => "",
         };
+        let quantization = match self.bnb_config() {
+            Some(config) => format!(", quantization_config={config}"),
+            None => String::new(),
+        };
         format!(
-            "{}.from_pretrained({:?}, attn_implementation={attention:?}{dtype})",
+            "{}.from_pretrained({:?}, attn_implementation={attention:?}{dtype}{quantization})",
             self.auto_class(),
             self.model_id()
         )
+    }
+
+    /// QLoRA's `BitsAndBytesConfig(...)` (needs `import torch` and
+    /// `from transformers import BitsAndBytesConfig`), when the plan quantises the base.
+    pub(super) fn bnb_config(&self) -> Option<String> {
+        let q = self.setup.quantization.as_ref()?;
+        let dtype = format!("torch.{}", q.compute_dtype.torch_name());
+        Some(if q.kind.four_bit() {
+            format!(
+                "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type={:?}, bnb_4bit_use_double_quant={}, bnb_4bit_compute_dtype={dtype})",
+                q.kind.name(),
+                if q.double_quant { "True" } else { "False" }
+            )
+        } else {
+            "BitsAndBytesConfig(load_in_8bit=True)".to_string()
+        })
     }
 
     /// Statements on `model` after loading (checkpointing, LoRA, the chunked loss), with
@@ -242,6 +262,14 @@ impl<'a> Emit<'a> {
             Checkpointing::Every(n) => lines.push(format!(
                 "{model}.gradient_checkpointing_enable(gradient_checkpointing_kwargs={{\"use_reentrant\": False}}, every_n_layers={n})  # layers 0, {n}, 2×{n}, ...: transformers with every_n_layers (5.24 has it)"
             )),
+        }
+        if self.setup.quantization.is_some() {
+            imports.push("from transformers import BitsAndBytesConfig".to_string());
+            imports.push("from peft import prepare_model_for_kbit_training".to_string());
+            // Its own checkpointing is off: the plan's is set above (or by the Trainer).
+            lines.push(format!(
+                "{model} = prepare_model_for_kbit_training({model}, use_gradient_checkpointing=False)  # QLoRA: bitsandbytes 4-bit base (CUDA); the other parameters upcast to fp32"
+            ));
         }
         if let Some(lora) = &self.setup.lora {
             imports.push("from peft import LoraConfig, get_peft_model".to_string());
