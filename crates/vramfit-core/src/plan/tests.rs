@@ -291,6 +291,7 @@ mod bounds {
             checkpointing in prop::sample::select(vec![Checkpointing::None, Checkpointing::Full, Checkpointing::Every(2)]),
             loss in prop::sample::select(LossKernel::ALL.to_vec()),
             lora in any::<bool>(),
+            qlora in any::<bool>(),
             strategy in prop::sample::select(crate::parallel::Strategy::ALL.to_vec()),
             offload in prop::sample::select(crate::parallel::Offload::ALL.to_vec()),
             gpus in prop::sample::select(vec![2u64, 4]),
@@ -310,6 +311,17 @@ mod bounds {
                 grad_accum: accum,
                 ..TrainSetup::default()
             };
+            // QLoRA's 4-bit base (as the lora lever offers it), on a card with bf16.
+            if lora && qlora {
+                setup.quantization = Some(super::super::lever::default_qlora(&super::super::lever::GpuFacts {
+                    label: "test".into(),
+                    bf16: true,
+                    flash_attention: true,
+                    tflops: None,
+                    nvlink_gbps: None,
+                    bitsandbytes: true,
+                }));
+            }
             if strategy != Strategy::None {
                 setup.parallel.gpus_per_node = gpus;
             }
