@@ -55,7 +55,8 @@ pub struct SearchArgs {
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     pub forbid: Vec<String>,
 
-    /// Levers that change the training method, searched only when allowed: lora.
+    /// Levers that change the training method, searched only when allowed: lora (LoRA adapters,
+    /// and QLoRA: the same adapters on a 4-bit NF4 base).
     #[arg(long, value_name = "LEVERS", value_delimiter = ',')]
     pub allow: Vec<String>,
 
