@@ -11,6 +11,7 @@ static MODELS: &[(&str, &str)] = &[
     ("gemma-2-2b", include_str!("../data/models/gemma-2-2b.json")),
     ("gemma-2-9b", include_str!("../data/models/gemma-2-9b.json")),
     ("gemma-2b", include_str!("../data/models/gemma-2b.json")),
+    ("gemma-3-1b-it", include_str!("../data/models/gemma-3-1b-it.json")),
     ("gemma-7b", include_str!("../data/models/gemma-7b.json")),
     ("gpt2", include_str!("../data/models/gpt2.json")),
     ("gpt2-large", include_str!("../data/models/gpt2-large.json")),

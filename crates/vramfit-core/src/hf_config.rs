@@ -75,6 +75,12 @@ pub struct RawConfig {
     pub attn_logit_softcapping: Option<f64>,
     /// `final_logit_softcapping` (Gemma 2).
     pub final_logit_softcapping: Option<f64>,
+    /// `sliding_window` (Gemma 3: the local layers' window).
+    pub sliding_window: Option<u64>,
+    /// `sliding_window_pattern` (Gemma 3: every n-th layer is global).
+    pub sliding_window_pattern: Option<u64>,
+    /// `layer_types` (Gemma 3: `sliding_attention` / `full_attention` per layer).
+    pub layer_types: Option<Vec<String>>,
     /// `use_cache`.
     pub use_cache: Option<bool>,
     /// `classifier_dropout` (classification heads).
@@ -111,6 +117,20 @@ fn uint_list(
     let wrong = ConfigError::WrongType { field: name, expected: "a list of non-negative integers" };
     let Value::Array(items) = v else { return Err(wrong) };
     items.iter().map(|i| i.as_u64().ok_or(wrong.clone())).collect::<Result<_, _>>().map(Some)
+}
+
+fn string_list(
+    map: &Map<String, Value>,
+    names: &[&'static str],
+) -> Result<Option<Vec<String>>, ConfigError> {
+    let Some((name, v)) = field(map, names) else { return Ok(None) };
+    let wrong = ConfigError::WrongType { field: name, expected: "a list of strings" };
+    let Value::Array(items) = v else { return Err(wrong) };
+    items
+        .iter()
+        .map(|i| i.as_str().map(str::to_string).ok_or(wrong.clone()))
+        .collect::<Result<_, _>>()
+        .map(Some)
 }
 
 fn float(map: &Map<String, Value>, names: &[&'static str]) -> Result<Option<f64>, ConfigError> {
@@ -179,6 +199,12 @@ impl RawConfig {
             type_vocab_size: uint(map, &["type_vocab_size"])?,
             attn_logit_softcapping: float(map, &["attn_logit_softcapping"])?,
             final_logit_softcapping: float(map, &["final_logit_softcapping"])?,
+            sliding_window: uint(map, &["sliding_window"])?,
+            sliding_window_pattern: uint(
+                map,
+                &["sliding_window_pattern", "_sliding_window_pattern"],
+            )?,
+            layer_types: string_list(map, &["layer_types"])?,
             use_cache: boolean(map, &["use_cache"])?,
             classifier_dropout: float(map, &["classifier_dropout"])?,
         })

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use self::architecture::{
     BiasRule, CacheRule, ClassifierDropoutRule, EmbeddingDropoutRule, ExpertWidthRule, HeadDimRule,
-    NormTopKRule, PositionRule, traits,
+    LocalLayerRule, NormTopKRule, PositionRule, traits,
 };
 use crate::hf_config::RawConfig;
 
@@ -35,6 +35,8 @@ pub enum Architecture {
     Gemma,
     /// Gemma 2 (sandwich norms, logit softcapping).
     Gemma2,
+    /// Gemma 3 text (`gemma3_text`: Gemma 2's norms, q/k norms, 5 local : 1 global layers).
+    Gemma3Text,
     /// Phi-3 (fused qkv and gate/up projections).
     Phi3,
     /// GPT-2 (Conv1D, learned positions, dropouts).
@@ -55,7 +57,7 @@ pub enum Architecture {
 
 impl Architecture {
     /// Every supported architecture.
-    pub const ALL: [Architecture; 15] = [
+    pub const ALL: [Architecture; 16] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Mixtral,
@@ -63,6 +65,7 @@ impl Architecture {
         Architecture::Qwen3,
         Architecture::Gemma,
         Architecture::Gemma2,
+        Architecture::Gemma3Text,
         Architecture::Phi3,
         Architecture::Gpt2,
         Architecture::GptNeox,
@@ -83,6 +86,7 @@ impl Architecture {
             Architecture::Qwen3 => "qwen3",
             Architecture::Gemma => "gemma",
             Architecture::Gemma2 => "gemma2",
+            Architecture::Gemma3Text => "gemma3_text",
             Architecture::Phi3 => "phi3",
             Architecture::Gpt2 => "gpt2",
             Architecture::GptNeox => "gpt_neox",
@@ -314,6 +318,17 @@ pub struct Moe {
     pub shared_expert_intermediate_size: Option<u64>,
 }
 
+/// Local attention layers (Gemma 3's `sliding_attention` layers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct SlidingWindow {
+    /// Tokens each query sees (`sliding_window`).
+    pub window: u64,
+    /// Layers with local attention.
+    pub local_layers: u64,
+    /// Layers with global attention.
+    pub global_layers: u64,
+}
+
 /// A transformer's shape with every default explicit. Build it with
 /// [`ModelSpec::from_hf_config`] (or [`ModelSpec::resolve`]); it cannot be built otherwise,
 /// so every spec has been checked.
@@ -392,6 +407,13 @@ pub struct ModelSpec {
     pub hidden_dropout: f64,
     /// Dropout on the embedding output.
     pub embedding_dropout: f64,
+    /// Rotary `cos`/`sin` tables the base model computes once per forward: one per kind of
+    /// layer present (Gemma 3's local and global layers have their own rope bases), 1
+    /// otherwise.
+    pub rotary_tables: u64,
+    /// The sliding window of the local layers and how many layers are local (Gemma 3);
+    /// `None` when every layer attends to the whole sequence.
+    pub sliding_window: Option<SlidingWindow>,
     /// `tanh` softcapping of attention scores (Gemma 2).
     pub attn_softcap: Option<f64>,
     /// `tanh` softcapping of the final logits (Gemma 2).
@@ -517,6 +539,62 @@ fn required(value: Option<u64>, field: &'static str) -> Result<u64, ConfigError>
     value.ok_or(ConfigError::Missing { field })
 }
 
+/// Gemma 3's layer kinds: `layer_types` (its first `n_layers` entries are the layers that
+/// run; the rotary tables are computed for every kind the list names), else every
+/// `sliding_window_pattern`-th layer global and the others local. Returns the rotary tables
+/// and the sliding window.
+fn local_layers(
+    raw: &RawConfig,
+    rule: LocalLayerRule,
+    n_layers: u64,
+) -> Result<(u64, Option<SlidingWindow>), ConfigError> {
+    let window =
+        in_range(raw.sliding_window.unwrap_or(rule.window), "sliding_window", 1, MAX_POSITIONS)?;
+    let (local_layers, kinds) = match &raw.layer_types {
+        Some(types) => {
+            let wrong = ConfigError::WrongType {
+                field: "layer_types",
+                expected: "a list of 'sliding_attention' or 'full_attention', one per layer",
+            };
+            if (types.len() as u64) < n_layers {
+                return Err(wrong);
+            }
+            let mut local = 0;
+            let (mut any_local, mut any_global) = (false, false);
+            for (i, t) in types.iter().enumerate() {
+                let is_local = match t.as_str() {
+                    "sliding_attention" => true,
+                    "full_attention" => false,
+                    _ => return Err(wrong),
+                };
+                any_local |= is_local;
+                any_global |= !is_local;
+                if (i as u64) < n_layers && is_local {
+                    local += 1;
+                }
+            }
+            (local, u64::from(any_local) + u64::from(any_global))
+        }
+        None => {
+            let pattern = in_range(
+                raw.sliding_window_pattern.unwrap_or(rule.pattern),
+                "sliding_window_pattern",
+                1,
+                MAX_LAYERS,
+            )?;
+            let global = n_layers / pattern;
+            let local = n_layers - global;
+            (local, u64::from(local > 0) + u64::from(global > 0))
+        }
+    };
+    let sliding = (local_layers > 0).then_some(SlidingWindow {
+        window,
+        local_layers,
+        global_layers: n_layers - local_layers,
+    });
+    Ok((kinds, sliding))
+}
+
 fn in_range(value: u64, field: &'static str, min: u64, max: u64) -> Result<u64, ConfigError> {
     if (min..=max).contains(&value) {
         Ok(value)
@@ -564,7 +642,8 @@ impl ModelSpec {
     /// experts top-2, Qwen2-MoE 60 experts top-4 of width 1408 with a 5632-wide shared
     /// expert, Qwen3-MoE 128 experts top-8 of width 768 (both: `norm_topk_prob` false, every
     /// layer sparse: `decoder_sparse_step` 1, no `mlp_only_layers`; Qwen2-MoE: `qkv_bias`
-    /// true), Gemma 2 softcaps 50 / 30, BERT `type_vocab_size` 2, `use_cache` true (decoders;
+    /// true), Gemma 2 softcaps 50 / 30 (Gemma 3: none
+    /// unless configured; `sliding_window` 4096, `sliding_window_pattern` 6), BERT `type_vocab_size` 2, `use_cache` true (decoders;
     /// BERT and RoBERTa, encoders, never build a cache).
     pub fn resolve(raw: &RawConfig) -> Result<ModelSpec, ConfigError> {
         let model_type =
@@ -755,11 +834,14 @@ impl ModelSpec {
             EmbeddingDropoutRule::Off => 0.0,
         };
         let (attn_softcap, final_softcap) = match t.softcaps {
-            Some((attention, logits)) => (
-                Some(raw.attn_logit_softcapping.unwrap_or(attention)),
-                Some(raw.final_logit_softcapping.unwrap_or(logits)),
-            ),
+            Some((attention, logits)) => {
+                (raw.attn_logit_softcapping.or(attention), raw.final_logit_softcapping.or(logits))
+            }
             None => (None, None),
+        };
+        let (rotary_tables, sliding_window) = match t.local_layers {
+            Some(rule) => local_layers(raw, rule, n_layers)?,
+            None => (1, None),
         };
         let type_vocab_size = if t.token_types {
             in_range(raw.type_vocab_size.unwrap_or(2), "type_vocab_size", 1, MAX_VOCAB)?
@@ -802,6 +884,8 @@ impl ModelSpec {
             attention_dropout,
             hidden_dropout,
             embedding_dropout,
+            rotary_tables,
+            sliding_window,
             attn_softcap,
             final_softcap,
             head: match t.tasks.default {
@@ -857,7 +941,8 @@ impl ModelSpec {
             .filter(|&t| match t {
                 Task::CausalLm => rules.causal_lm,
                 Task::MaskedLm => rules.masked_lm,
-                Task::SeqCls | Task::TokenCls => true,
+                Task::SeqCls => true,
+                Task::TokenCls => rules.token_cls,
             })
             .collect()
     }

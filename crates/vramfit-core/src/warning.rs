@@ -39,6 +39,12 @@ pub enum Warning {
     /// ZeRO on one GPU without offload partitions over one rank: it saves nothing, and adds its
     /// fp32 master copy and buckets.
     ZeroOnOneGpu,
+    /// Gemma 3's local layers get a sliding-window mask under SDPA once the sequence reaches
+    /// the window: the masked kernel is not modelled (they are estimated as causal layers).
+    SlidingWindowSdpa {
+        /// The window.
+        window: u64,
+    },
     /// HSDP replicates across nodes; on one node it is FSDP.
     HsdpOnOneNode,
     /// Uneven FSDP shards: this much of each rank's sharded parameters is padding.
@@ -80,6 +86,10 @@ impl fmt::Display for Warning {
             Warning::ZeroOnOneGpu => f.write_str(
                 "ZeRO on one GPU partitions over a single rank: without offload it saves nothing and adds fp32 master weights and buckets",
             ),
+            Warning::SlidingWindowSdpa { window } => write!(
+                f,
+                "seq-len reaches the {window}-token sliding window: SDPA gets a mask on the local layers (another kernel, repeated key/value heads), estimated here as plain causal attention; eager is modelled exactly"
+            ),
             Warning::HsdpOnOneNode => {
                 f.write_str("hsdp replicates across nodes; on one node it shards like fsdp")
             }
@@ -110,6 +120,12 @@ pub(crate) fn warnings(spec: &ModelSpec, setup: &TrainSetup) -> Vec<Warning> {
     }
     if setup.attention == Attention::Sdpa && spec.attn_softcap.is_some() {
         w.push(Warning::SoftcapForcesMathSdpa);
+    }
+    if let Some(sw) = spec.sliding_window
+        && setup.attention == Attention::Sdpa
+        && setup.seq_len >= sw.window
+    {
+        w.push(Warning::SlidingWindowSdpa { window: sw.window });
     }
     if let Positions::Learned { max_positions, .. } = spec.positions
         && setup.seq_len > max_positions

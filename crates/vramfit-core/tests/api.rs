@@ -80,7 +80,7 @@ fn bad_configs_get_one_line_errors_naming_the_field() {
     check_config_error("{}", "config.json lacks the field 'model_type'");
     check_config_error(
         r#"{"model_type": "mamba"}"#,
-        "unknown model_type 'mamba' (supported: llama, mistral, mixtral, qwen2, qwen3, gemma, gemma2, phi3, gpt2, gpt_neox, bert, roberta, olmo2, qwen2_moe, qwen3_moe)",
+        "unknown model_type 'mamba' (supported: llama, mistral, mixtral, qwen2, qwen3, gemma, gemma2, gemma3_text, phi3, gpt2, gpt_neox, bert, roberta, olmo2, qwen2_moe, qwen3_moe)",
     );
     check_config_error(
         &LLAMA.replace("\"vocab_size\": 32000,", ""),
@@ -272,4 +272,39 @@ fn every_catalog_model_estimates_on_every_precision() {
             assert!(e.peak_allocated > e.model_states_detail.parameters, "{name}");
         }
     }
+}
+
+#[test]
+fn gemma3_resolves_its_local_and_global_layers() {
+    use vramfit_core::model::{SlidingWindow, Task};
+    let s = spec("gemma-3-1b-it");
+    assert_eq!(s.parameter_count(), 999_885_952);
+    assert!(s.qk_norm && !s.qk_norm_full_width && s.sandwich_norm && s.tied_embeddings);
+    assert_eq!((s.attn_softcap, s.final_softcap), (None, None));
+    assert_eq!(
+        s.sliding_window,
+        Some(SlidingWindow { window: 512, local_layers: 22, global_layers: 4 })
+    );
+    assert_eq!(s.rotary_tables, 2);
+    // Fewer layers than the pattern: all local, one rotary table.
+    let json = catalog::config_json("gemma-3-1b-it")
+        .unwrap()
+        .replace("\"num_hidden_layers\": 26", "\"num_hidden_layers\": 5");
+    let five = ModelSpec::from_hf_config(&json).unwrap();
+    assert_eq!(five.rotary_tables, 1);
+    assert_eq!(five.sliding_window.map(|w| w.local_layers), Some(5));
+    // `layer_types`, when given, decides; a kind transformers does not know is an error.
+    let typed = json.replace(
+        "\"sliding_window_pattern\": 6,",
+        "\"layer_types\": [\"full_attention\", \"full_attention\", \"full_attention\", \"full_attention\", \"full_attention\"],",
+    );
+    let typed = ModelSpec::from_hf_config(&typed).unwrap();
+    assert_eq!((typed.rotary_tables, typed.sliding_window), (1, None));
+    check_config_error(
+        &json.replace("\"sliding_window_pattern\": 6,", "\"layer_types\": [\"local\"],"),
+        "field 'layer_types' must be a list of 'sliding_attention' or 'full_attention', one per layer",
+    );
+    // transformers has no Gemma3ForTokenClassification.
+    assert!(s.for_task(Task::TokenCls, 2).is_err());
+    assert!(s.for_task(Task::SeqCls, 2).is_ok());
 }

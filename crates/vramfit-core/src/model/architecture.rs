@@ -124,6 +124,8 @@ pub(super) struct TaskRules {
     pub(super) masked_lm: bool,
     /// How `*ForSequenceClassification` pools a sequence.
     pub(super) seq_cls: Pooling,
+    /// A `*ForTokenClassification` class exists (`gemma3_text` has none).
+    pub(super) token_cls: bool,
     /// `*ForTokenClassification`'s dropout.
     pub(super) token_cls_dropout: ClassifierDropoutRule,
     /// Its loss casts the logits to fp32 (`ForTokenClassification`'s `logits.float()`), rather
@@ -137,9 +139,20 @@ const DECODER_TASKS: TaskRules = TaskRules {
     causal_lm: true,
     masked_lm: false,
     seq_cls: Pooling::LastToken,
+    token_cls: true,
     token_cls_dropout: ClassifierDropoutRule::ConfigOr(0.1),
     token_cls_upcasts: true,
 };
+
+/// Sliding-window (local) layers beside global ones, as Gemma 3 builds them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct LocalLayerRule {
+    /// `sliding_window_pattern` default: every n-th layer is global, the others local (used
+    /// when `config.json` has no `layer_types`).
+    pub(super) pattern: u64,
+    /// `sliding_window` default.
+    pub(super) window: u64,
+}
 
 /// One architecture's answers.
 #[derive(Debug, Clone, Copy)]
@@ -204,8 +217,11 @@ pub(super) struct Traits {
     pub(super) intermediate_defaults_to_4x: bool,
     /// A sparse mixture of experts.
     pub(super) moe: Option<MoeRule>,
-    /// Attention and final logit soft-capping defaults.
-    pub(super) softcaps: Option<(f64, f64)>,
+    /// Attention and final logit soft-capping are read from `config.json`, with these
+    /// defaults (`None`: off unless configured, Gemma 3); `None` for architectures without.
+    pub(super) softcaps: Option<(Option<f64>, Option<f64>)>,
+    /// Local (sliding-window) and global layers, each kind with its own rotary table.
+    pub(super) local_layers: Option<LocalLayerRule>,
     /// A token-type table (`type_vocab_size`, default 2).
     pub(super) token_types: bool,
     /// Attention and MLP read the same input (`use_parallel_residual`, default true).
@@ -247,6 +263,7 @@ const LLAMA: Traits = Traits {
     intermediate_defaults_to_4x: false,
     moe: None,
     softcaps: None,
+    local_layers: None,
     token_types: false,
     parallel_residual: false,
     cache: CacheRule::Config(true),
@@ -284,6 +301,7 @@ const ENCODER: Traits = Traits {
     intermediate_defaults_to_4x: false,
     moe: None,
     softcaps: None,
+    local_layers: None,
     token_types: true,
     parallel_residual: false,
     cache: CacheRule::Never,
@@ -292,6 +310,7 @@ const ENCODER: Traits = Traits {
         causal_lm: false,
         masked_lm: true,
         seq_cls: Pooling::Pooler,
+        token_cls: true,
         token_cls_dropout: ClassifierDropoutRule::ConfigOrHidden,
         token_cls_upcasts: false,
     },
@@ -363,7 +382,25 @@ pub(super) fn traits(arch: Architecture) -> Traits {
             activation: ("hidden_activation", "gelu_pytorch_tanh"),
             activation_key: "hidden_activation",
             tied_default: true,
-            softcaps: Some((50.0, 30.0)),
+            softcaps: Some((Some(50.0), Some(30.0))),
+            ..LLAMA
+        },
+        // Gemma3ForCausalLM: Gemma 2's sandwich norms and scaled embeddings, per-head q/k
+        // norms (Gemma's `1 + weight` RMSNorm), no soft-capping unless configured, 5 local
+        // layers for each global one (their own rotary base), no token-classification class.
+        A::Gemma3Text => Traits {
+            norm: Norm::GemmaRmsNorm,
+            qk_norm: true,
+            sandwich_norm: true,
+            scaled_embeddings: true,
+            eager_masks: 2,
+            head_dim: HeadDimRule::ConfigOr(256),
+            activation: ("hidden_activation", "gelu_pytorch_tanh"),
+            activation_key: "hidden_activation",
+            tied_default: true,
+            softcaps: Some((None, None)),
+            local_layers: Some(LocalLayerRule { pattern: 6, window: 4096 }),
+            tasks: TaskRules { token_cls: false, ..DECODER_TASKS },
             ..LLAMA
         },
         A::Phi3 => Traits {

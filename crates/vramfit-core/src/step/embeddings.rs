@@ -53,8 +53,9 @@ pub(super) fn embed(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<Tensor
 
 /// What the base model computes once and passes to every layer: the eager attention mask
 /// (`masking_utils.eager_mask`: 0 / -inf, `[B, 1, S, S]` in the embeddings' dtype; Gemma 2 builds
-/// a full and a sliding-window one), rotary `cos` and `sin` (`[1, S, rotary dims]`, cast to the
-/// hidden states' dtype) and `position_ids` (int64 `[1, S]`). They live until the base model
+/// a full and a sliding-window one, as does Gemma 3), rotary `cos` and `sin` (`[1, S, rotary
+/// dims]`, cast to the hidden states' dtype; Gemma 3 computes a pair for its local and one for
+/// its global layers) and `position_ids` (int64 `[1, S]`). They live until the base model
 /// returns, and under checkpointing every segment keeps them until its backward.
 ///
 /// SDPA gets no mask (`is_causal=True`) and BERT/RoBERTa none without padding. (The CPU oracle
@@ -72,8 +73,11 @@ pub(super) fn layer_inputs(g: &mut Graph, cx: &Context<'_>) -> Result<Vec<crate:
     }
     if let Positions::Rotary { dims } = s.positions {
         shared.push(g.alloc(mul(seq, 8)?)?);
-        for _ in 0..2 {
-            shared.push(g.alloc(mul(mul(seq, dims)?, hd.size())?)?);
+        // Gemma 3: a `cos`/`sin` pair per kind of layer (local and global rope bases).
+        for _ in 0..s.rotary_tables {
+            for _ in 0..2 {
+                shared.push(g.alloc(mul(mul(seq, dims)?, hd.size())?)?);
+            }
         }
     }
     Ok(shared)

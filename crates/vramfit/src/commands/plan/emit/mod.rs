@@ -178,6 +178,7 @@ impl<'a> Emit<'a> {
             A::Qwen3 => ("qwen3", "Qwen3DecoderLayer"),
             A::Gemma => ("gemma", "GemmaDecoderLayer"),
             A::Gemma2 => ("gemma2", "Gemma2DecoderLayer"),
+            A::Gemma3Text => ("gemma3", "Gemma3DecoderLayer"),
             A::Phi3 => ("phi3", "Phi3DecoderLayer"),
             A::Gpt2 => ("gpt2", "GPT2Block"),
             A::GptNeox => ("gpt_neox", "GPTNeoXLayer"),
