@@ -51,11 +51,14 @@ pub enum Architecture {
     Qwen2Moe,
     /// Qwen 3 MoE (fine-grained experts, per-head q/k RMSNorm).
     Qwen3Moe,
+    /// ModernBERT (pre-norm encoder, GeGLU, rotary, alternating global and sliding-window
+    /// attention).
+    ModernBert,
 }
 
 impl Architecture {
     /// Every supported architecture.
-    pub const ALL: [Architecture; 15] = [
+    pub const ALL: [Architecture; 16] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Mixtral,
@@ -71,6 +74,7 @@ impl Architecture {
         Architecture::Olmo2,
         Architecture::Qwen2Moe,
         Architecture::Qwen3Moe,
+        Architecture::ModernBert,
     ];
 
     /// The `model_type` string of `config.json`.
@@ -91,6 +95,7 @@ impl Architecture {
             Architecture::Olmo2 => "olmo2",
             Architecture::Qwen2Moe => "qwen2_moe",
             Architecture::Qwen3Moe => "qwen3_moe",
+            Architecture::ModernBert => "modernbert",
         }
     }
 
@@ -254,6 +259,16 @@ pub enum TaskError {
         /// The task names.
         expected: String,
     },
+    /// `transformers` has the head, vramfit does not model it yet.
+    #[error("{architecture}'s {task} head is not modelled yet (it does: {supported})")]
+    NotModelled {
+        /// The architecture.
+        architecture: Architecture,
+        /// The task asked for.
+        task: Task,
+        /// The tasks it does, comma separated.
+        supported: String,
+    },
     /// `transformers` has no such head for the architecture.
     #[error("{architecture} has no {task} head in transformers (it does: {supported})")]
     Unsupported {
@@ -413,6 +428,19 @@ pub struct ModelSpec {
     /// `[B, 1, S, S]` masks the base model builds for eager attention and passes to every
     /// layer (Gemma 2: a full and a sliding-window one; encoders without padding: none).
     pub eager_masks: u64,
+    /// The LayerNorms have a bias (false for ModernBERT's).
+    pub norm_bias: bool,
+    /// The first layer normalises its attention input (ModernBERT's does not).
+    pub first_layer_input_norm: bool,
+    /// The masked-LM head's dense has a bias.
+    pub mlm_dense_bias: bool,
+    /// The masked-LM decoder has a bias.
+    pub mlm_decoder_bias: bool,
+    /// The layers that attend within a sliding window (ModernBERT's local layers), ascending;
+    /// empty when every layer attends globally.
+    pub sliding_layers: Vec<u64>,
+    /// The rotary embedding computes in fp32 and casts q and k back (ModernBERT).
+    pub rotary_upcast: bool,
     /// Whether the model builds a KV cache (`DynamicCache`) when it runs in training: a
     /// decoder's `config.use_cache` (true by default in every `transformers` decoder config
     /// here), or `None` for an encoder, which never builds one. Gradient checkpointing turns
@@ -761,6 +789,22 @@ impl ModelSpec {
             ),
             None => (None, None),
         };
+        // ModernBERT's `layer_types`: layer `l` is global when `l % n == 0`.
+        let sliding_layers = match t.global_every {
+            Some(default) => {
+                let every = in_range(
+                    raw.global_attn_every_n_layers.unwrap_or(default),
+                    "global_attn_every_n_layers",
+                    1,
+                    MAX_LAYERS,
+                )?;
+                (0..n_layers).filter(|l| l % every != 0).collect()
+            }
+            None => Vec::new(),
+        };
+        // ModernBERT's base model always builds the sliding-window mask (even when no layer
+        // uses it); the global one is `None` without padding.
+        let eager_masks = t.eager_masks + u64::from(t.global_every.is_some());
         let type_vocab_size = if t.token_types {
             in_range(raw.type_vocab_size.unwrap_or(2), "type_vocab_size", 1, MAX_VOCAB)?
         } else {
@@ -812,7 +856,13 @@ impl ModelSpec {
             classifier_dropout_config: raw.classifier_dropout,
             loss_upcasts_logits: t.loss_upcasts_logits,
             eager_softmax_fp32: t.eager_softmax_fp32,
-            eager_masks: t.eager_masks,
+            eager_masks,
+            norm_bias: bias(t.norm_bias, raw.norm_bias),
+            first_layer_input_norm: t.first_layer_input_norm,
+            mlm_dense_bias: bias(t.mlm_dense_bias, raw.classifier_bias),
+            mlm_decoder_bias: bias(t.mlm_decoder_bias, raw.decoder_bias),
+            sliding_layers,
+            rotary_upcast: t.rotary_upcast,
             use_cache: match t.cache {
                 CacheRule::Config(default) => Some(raw.use_cache.unwrap_or(default)),
                 CacheRule::Never => None,
@@ -857,9 +907,16 @@ impl ModelSpec {
             .filter(|&t| match t {
                 Task::CausalLm => rules.causal_lm,
                 Task::MaskedLm => rules.masked_lm,
-                Task::SeqCls | Task::TokenCls => true,
+                Task::SeqCls | Task::TokenCls => rules.classifiers,
             })
             .collect()
+    }
+
+    /// Rotary tables the base model computes (one per attention type present: ModernBERT's
+    /// global and sliding layers use different bases).
+    pub fn rotary_tables(&self) -> u64 {
+        let sliding = self.sliding_layers.len() as u64;
+        if sliding > 0 && sliding < self.n_layers { 2 } else { 1 }
     }
 
     /// The model with the head of `task` (`num_labels` labels for a classifier, ignored by
@@ -867,6 +924,13 @@ impl ModelSpec {
     /// task gives the spec back unchanged.
     pub fn for_task(&self, task: Task, num_labels: u64) -> Result<ModelSpec, TaskError> {
         let rules = traits(self.architecture).tasks;
+        if matches!(task, Task::SeqCls | Task::TokenCls) && !rules.classifiers {
+            return Err(TaskError::NotModelled {
+                architecture: self.architecture,
+                task,
+                supported: self.tasks().into_iter().map(Task::name).collect::<Vec<_>>().join(", "),
+            });
+        }
         if !self.tasks().contains(&task) {
             return Err(TaskError::Unsupported {
                 architecture: self.architecture,

@@ -72,7 +72,8 @@ pub(super) fn layer_inputs(g: &mut Graph, cx: &Context<'_>) -> Result<Vec<crate:
     }
     if let Positions::Rotary { dims } = s.positions {
         shared.push(g.alloc(mul(seq, 8)?)?);
-        for _ in 0..2 {
+        // One `cos` and one `sin` per attention type with its own base (ModernBERT: two).
+        for _ in 0..2 * s.rotary_tables() {
             shared.push(g.alloc(mul(mul(seq, dims)?, hd.size())?)?);
         }
     }
