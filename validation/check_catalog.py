@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 
 CATALOG = Path(__file__).resolve().parent.parent / "crates" / "vramfit-core" / "data" / "models"
-MASKED_LM_TYPES = {"bert", "roberta"}
+MASKED_LM_TYPES = {"bert", "roberta", "modernbert"}
 
 
 def main() -> int:

@@ -81,7 +81,7 @@ CATEGORY_KEYS = {
     "Other": "other",
 }
 
-MASKED_LM_TYPES = {"bert", "roberta"}
+MASKED_LM_TYPES = {"bert", "roberta", "modernbert"}
 # A case's `task` (default: the model's own head, masked LM for encoders, causal LM otherwise)
 # and the transformers auto class that builds it.
 TASKS = {
@@ -589,6 +589,14 @@ def run_case(case: dict, versions: dict) -> dict:
         if getattr(config, "pad_token_id", None) is None:
             config.pad_token_id = 0
     auto = getattr(transformers, TASKS[task])
+    # ModernBERT initialises with `trunc_normal_`, whose clamp bounds are read with `.item()`:
+    # data-dependent, which fake tensors refuse. The values play no part in memory: a plain
+    # `normal_` (same shape, dtype and storage) stands in for it while the model is built.
+    import transformers.initialization as hf_init
+
+    hf_init.TORCH_INIT_FUNCTIONS["trunc_normal_"] = (
+        lambda tensor, mean=0.0, std=1.0, a=-2.0, b=2.0, generator=None: tensor.normal_(mean, std)
+    )
     fake_mode = FakeTensorMode()
     with fake_mode:
         # bf16 = pure bf16 weights: built in that dtype (Module.to() cannot swap

@@ -63,7 +63,7 @@ pub struct RawConfig {
     pub attention_dropout: Option<f64>,
     /// `hidden_dropout_prob` / `resid_pdrop` / `hidden_dropout`.
     pub hidden_dropout: Option<f64>,
-    /// `embd_pdrop` (GPT-2, Phi-3).
+    /// `embd_pdrop` (GPT-2, Phi-3) / `embedding_dropout` (ModernBERT).
     pub embedding_dropout: Option<f64>,
     /// `rotary_pct` / `partial_rotary_factor`.
     pub rotary_pct: Option<f64>,
@@ -85,6 +85,15 @@ pub struct RawConfig {
     pub use_cache: Option<bool>,
     /// `classifier_dropout` (classification heads).
     pub classifier_dropout: Option<f64>,
+    /// `norm_bias` (ModernBERT: its LayerNorms' bias).
+    pub norm_bias: Option<bool>,
+    /// `decoder_bias` (ModernBERT: the masked-LM decoder's bias).
+    pub decoder_bias: Option<bool>,
+    /// `classifier_bias` (ModernBERT: the prediction head's dense bias).
+    pub classifier_bias: Option<bool>,
+    /// `global_attn_every_n_layers` (ModernBERT: layers `0, n, 2n, ...` attend globally, the
+    /// others within a sliding window).
+    pub global_attn_every_n_layers: Option<u64>,
 }
 
 fn field<'a>(
@@ -193,7 +202,7 @@ impl RawConfig {
                 &["attention_dropout", "attention_probs_dropout_prob", "attn_pdrop"],
             )?,
             hidden_dropout: float(map, &["hidden_dropout_prob", "resid_pdrop", "hidden_dropout"])?,
-            embedding_dropout: float(map, &["embd_pdrop"])?,
+            embedding_dropout: float(map, &["embd_pdrop", "embedding_dropout"])?,
             rotary_pct: float(map, &["rotary_pct", "partial_rotary_factor"])?,
             use_parallel_residual: boolean(map, &["use_parallel_residual"])?,
             type_vocab_size: uint(map, &["type_vocab_size"])?,
@@ -207,6 +216,10 @@ impl RawConfig {
             layer_types: string_list(map, &["layer_types"])?,
             use_cache: boolean(map, &["use_cache"])?,
             classifier_dropout: float(map, &["classifier_dropout"])?,
+            norm_bias: boolean(map, &["norm_bias"])?,
+            decoder_bias: boolean(map, &["decoder_bias"])?,
+            classifier_bias: boolean(map, &["classifier_bias"])?,
+            global_attn_every_n_layers: uint(map, &["global_attn_every_n_layers"])?,
         })
     }
 }

@@ -200,7 +200,7 @@ fn norm(out: &mut Vec<ParameterDecl>, spec: &ModelSpec, slot: Slot, name: &'stat
         trains: true,
     };
     out.push(vector(name));
-    if spec.norm == Norm::LayerNorm {
+    if spec.norm == Norm::LayerNorm && spec.norm_bias {
         out.push(vector("bias"));
     }
 }
@@ -346,12 +346,16 @@ impl ModelSpec {
             }
             (Head::MaskedLm, _) => {
                 after.push(matrix(Slot::Mlm, "transform.dense.weight", h, h));
-                after.push(bias(Slot::Mlm, "transform.dense.bias", h));
+                if self.mlm_dense_bias {
+                    after.push(bias(Slot::Mlm, "transform.dense.bias", h));
+                }
                 norm(&mut after, self, Slot::Mlm, "transform.LayerNorm.weight", h);
                 if !self.tied_embeddings {
                     after.push(matrix(Slot::Head, "lm_head.weight", v, h));
                 }
-                after.push(bias(Slot::HeadBias, "decoder.bias", v));
+                if self.mlm_decoder_bias {
+                    after.push(bias(Slot::HeadBias, "decoder.bias", v));
+                }
             }
             (Head::SequenceClassification(pooling), Some(c)) => {
                 // (the dense before the output: weight, bias), (the output: weight, bias)
@@ -389,9 +393,10 @@ impl ModelSpec {
         let mut buffers = Vec::new();
         if let Positions::Rotary { dims } = self.positions {
             // `inv_freq` and `original_inv_freq`, `dims / 2` each, in the parameters' dtype.
+            // One pair per attention type with its own base (ModernBERT).
             buffers.push(BufferDecl {
                 name: "rotary_emb.inv_freq",
-                numel: dims / 2 * 2,
+                numel: dims / 2 * 2 * self.rotary_inv_freq_pairs(),
                 dtype: None,
             });
         }
@@ -403,11 +408,20 @@ impl ModelSpec {
             }
         }
 
+        // ModernBERT's first layer has no attention-input norm (`nn.Identity()`): its second
+        // form is the layer without it.
+        let (dense_layers, dense_layer) = if self.first_layer_input_norm {
+            (self.dense_mlp_layers.clone(), dense_layer)
+        } else {
+            // (No architecture has both this and a mixture of experts.)
+            let first = layer.iter().filter(|d| d.slot != Slot::Norm1).copied().collect();
+            (vec![0], first)
+        };
         ParameterLayout {
             before,
             layer,
             n_layers: self.n_layers,
-            dense_layers: self.dense_mlp_layers.clone(),
+            dense_layers,
             dense_layer,
             after,
             tied: self.tied_embeddings,
@@ -585,10 +599,31 @@ mod tests {
                 let r = s.for_task(task, 2);
                 assert_eq!(r.is_ok(), s.tasks().contains(&task), "{name} {task}");
             }
-            assert!(matches!(s.for_task(Task::SeqCls, 0), Err(TaskError::Labels { .. })));
+            if s.tasks().contains(&Task::SeqCls) {
+                assert!(matches!(s.for_task(Task::SeqCls, 0), Err(TaskError::Labels { .. })));
+            } else {
+                // ModernBERT's classification heads are not modelled yet: refused as such.
+                assert!(matches!(s.for_task(Task::SeqCls, 2), Err(TaskError::NotModelled { .. })));
+            }
         }
         assert!("seq2seq".parse::<Task>().is_err());
         assert_eq!("SEQ-CLS".parse::<Task>(), Ok(Task::SeqCls));
+    }
+
+    #[test]
+    fn modernbert_layer_zero_has_no_attention_norm_and_its_norms_no_bias() {
+        let s = spec("modernbert-base", &[]);
+        let layout = s.parameter_layout();
+        assert_eq!(layout.layer_decls(0).len() + 1, layout.layer_decls(1).len());
+        assert!(layout.layer_decls(0).iter().all(|d| d.slot != super::Slot::Norm1));
+        assert!(layout.iter().all(|(_, d)| d.name != "bias"));
+        // Layers 0, 3, 6, ... attend globally; two rotary tables.
+        assert_eq!(s.sliding_layers.first(), Some(&1));
+        assert!(!s.sliding_layers.contains(&3));
+        assert_eq!(s.rotary_tables, 2);
+        assert_eq!(s.eager_masks, 1);
+        let one = spec("modernbert-base", &[("num_hidden_layers", 1.into())]);
+        assert_eq!((one.rotary_tables, one.eager_masks), (1, 1));
     }
 
     #[test]

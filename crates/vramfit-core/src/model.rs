@@ -53,11 +53,14 @@ pub enum Architecture {
     Qwen2Moe,
     /// Qwen 3 MoE (fine-grained experts, per-head q/k RMSNorm).
     Qwen3Moe,
+    /// ModernBERT (pre-norm encoder, GeGLU, rotary, alternating global and sliding-window
+    /// attention).
+    ModernBert,
 }
 
 impl Architecture {
     /// Every supported architecture.
-    pub const ALL: [Architecture; 16] = [
+    pub const ALL: [Architecture; 17] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Mixtral,
@@ -74,6 +77,7 @@ impl Architecture {
         Architecture::Olmo2,
         Architecture::Qwen2Moe,
         Architecture::Qwen3Moe,
+        Architecture::ModernBert,
     ];
 
     /// The `model_type` string of `config.json`.
@@ -95,6 +99,7 @@ impl Architecture {
             Architecture::Olmo2 => "olmo2",
             Architecture::Qwen2Moe => "qwen2_moe",
             Architecture::Qwen3Moe => "qwen3_moe",
+            Architecture::ModernBert => "modernbert",
         }
     }
 
@@ -257,6 +262,16 @@ pub enum TaskError {
         given: String,
         /// The task names.
         expected: String,
+    },
+    /// `transformers` has the head, vramfit does not model it yet.
+    #[error("{architecture}'s {task} head is not modelled yet (it does: {supported})")]
+    NotModelled {
+        /// The architecture.
+        architecture: Architecture,
+        /// The task asked for.
+        task: Task,
+        /// The tasks it does, comma separated.
+        supported: String,
     },
     /// `transformers` has no such head for the architecture.
     #[error("{architecture} has no {task} head in transformers (it does: {supported})")]
@@ -435,6 +450,19 @@ pub struct ModelSpec {
     /// `[B, 1, S, S]` masks the base model builds for eager attention and passes to every
     /// layer (Gemma 2: a full and a sliding-window one; encoders without padding: none).
     pub eager_masks: u64,
+    /// The LayerNorms have a bias (false for ModernBERT's).
+    pub norm_bias: bool,
+    /// The first layer normalises its attention input (ModernBERT's does not).
+    pub first_layer_input_norm: bool,
+    /// The masked-LM head's dense has a bias.
+    pub mlm_dense_bias: bool,
+    /// The masked-LM decoder has a bias.
+    pub mlm_decoder_bias: bool,
+    /// The layers that attend within a sliding window (ModernBERT's local layers), ascending;
+    /// empty when every layer attends globally.
+    pub sliding_layers: Vec<u64>,
+    /// The rotary embedding computes in fp32 and casts q and k back (ModernBERT).
+    pub rotary_upcast: bool,
     /// Whether the model builds a KV cache (`DynamicCache`) when it runs in training: a
     /// decoder's `config.use_cache` (true by default in every `transformers` decoder config
     /// here), or `None` for an encoder, which never builds one. Gradient checkpointing turns
@@ -843,6 +871,31 @@ impl ModelSpec {
             Some(rule) => local_layers(raw, rule, n_layers)?,
             None => (1, None),
         };
+        // ModernBERT's `layer_types`: layer `l` is global when `l % n == 0`.
+        let sliding_layers = match t.global_every {
+            Some(default) => {
+                let every = in_range(
+                    raw.global_attn_every_n_layers.unwrap_or(default),
+                    "global_attn_every_n_layers",
+                    1,
+                    MAX_LAYERS,
+                )?;
+                (0..n_layers).filter(|l| l % every != 0).collect()
+            }
+            None => Vec::new(),
+        };
+        // ModernBERT's base model always builds the sliding-window mask (even when no layer
+        // uses it); the global one is `None` without padding.
+        let eager_masks = t.eager_masks + u64::from(t.global_every.is_some());
+        // ModernBERT: one `cos`/`sin` table per attention type present (global and sliding
+        // layers use different bases).
+        let rotary_tables = match t.global_every {
+            Some(_) => {
+                let sliding = sliding_layers.len() as u64;
+                if sliding > 0 && sliding < n_layers { 2 } else { 1 }
+            }
+            None => rotary_tables,
+        };
         let type_vocab_size = if t.token_types {
             in_range(raw.type_vocab_size.unwrap_or(2), "type_vocab_size", 1, MAX_VOCAB)?
         } else {
@@ -896,7 +949,13 @@ impl ModelSpec {
             classifier_dropout_config: raw.classifier_dropout,
             loss_upcasts_logits: t.loss_upcasts_logits,
             eager_softmax_fp32: t.eager_softmax_fp32,
-            eager_masks: t.eager_masks,
+            eager_masks,
+            norm_bias: bias(t.norm_bias, raw.norm_bias),
+            first_layer_input_norm: t.first_layer_input_norm,
+            mlm_dense_bias: bias(t.mlm_dense_bias, raw.classifier_bias),
+            mlm_decoder_bias: bias(t.mlm_decoder_bias, raw.decoder_bias),
+            sliding_layers,
+            rotary_upcast: t.rotary_upcast,
             use_cache: match t.cache {
                 CacheRule::Config(default) => Some(raw.use_cache.unwrap_or(default)),
                 CacheRule::Never => None,
@@ -941,10 +1000,17 @@ impl ModelSpec {
             .filter(|&t| match t {
                 Task::CausalLm => rules.causal_lm,
                 Task::MaskedLm => rules.masked_lm,
-                Task::SeqCls => true,
-                Task::TokenCls => rules.token_cls,
+                Task::SeqCls => rules.classifiers,
+                Task::TokenCls => rules.classifiers && rules.token_cls,
             })
             .collect()
+    }
+
+    /// Pairs of rotary `inv_freq` buffers the model registers: one per attention type with
+    /// its own base module (ModernBERT's global and sliding layers), else one.
+    pub fn rotary_inv_freq_pairs(&self) -> u64 {
+        let sliding = self.sliding_layers.len() as u64;
+        if sliding > 0 && sliding < self.n_layers { 2 } else { 1 }
     }
 
     /// The model with the head of `task` (`num_labels` labels for a classifier, ignored by
@@ -952,6 +1018,13 @@ impl ModelSpec {
     /// task gives the spec back unchanged.
     pub fn for_task(&self, task: Task, num_labels: u64) -> Result<ModelSpec, TaskError> {
         let rules = traits(self.architecture).tasks;
+        if matches!(task, Task::SeqCls | Task::TokenCls) && !rules.classifiers {
+            return Err(TaskError::NotModelled {
+                architecture: self.architecture,
+                task,
+                supported: self.tasks().into_iter().map(Task::name).collect::<Vec<_>>().join(", "),
+            });
+        }
         if !self.tasks().contains(&task) {
             return Err(TaskError::Unsupported {
                 architecture: self.architecture,

@@ -71,6 +71,9 @@ impl Hint for TaskError {
                 }
                 _ => format!("use --task with one of: {supported}"),
             },
+            TaskError::NotModelled { supported, .. } => {
+                format!("use --task {supported}, or a model whose classification heads are modelled such as bert-base-uncased")
+            }
             TaskError::Labels { max, .. } => {
                 format!("give --num-labels the number of classes, 1 to {max} (2 by default)")
             }

@@ -131,6 +131,9 @@ pub(super) struct TaskRules {
     /// Its loss casts the logits to fp32 (`ForTokenClassification`'s `logits.float()`), rather
     /// than `CrossEntropyLoss` on them as they are (BERT, RoBERTa, GPT-2).
     pub(super) token_cls_upcasts: bool,
+    /// vramfit models its sequence- and token-classification heads (ModernBERT's, a prediction
+    /// head and pooling of their own, are not modelled yet).
+    pub(super) classifiers: bool,
 }
 
 /// Decoders whose heads are `transformers`' generic classes.
@@ -142,6 +145,7 @@ const DECODER_TASKS: TaskRules = TaskRules {
     token_cls: true,
     token_cls_dropout: ClassifierDropoutRule::ConfigOr(0.1),
     token_cls_upcasts: true,
+    classifiers: true,
 };
 
 /// Sliding-window (local) layers beside global ones, as Gemma 3 builds them.
@@ -230,6 +234,21 @@ pub(super) struct Traits {
     pub(super) cache: CacheRule,
     /// The task heads.
     pub(super) tasks: TaskRules,
+    /// Whether the LayerNorms have a bias (`norm_bias`, ModernBERT).
+    pub(super) norm_bias: BiasRule,
+    /// The first layer normalises its attention input too (ModernBERT's layer 0 has
+    /// `nn.Identity()` there: the embedding norm precedes it).
+    pub(super) first_layer_input_norm: bool,
+    /// The masked-LM head's dense has a bias (ModernBERT: `classifier_bias`).
+    pub(super) mlm_dense_bias: BiasRule,
+    /// The masked-LM decoder has a bias (ModernBERT: `decoder_bias`).
+    pub(super) mlm_decoder_bias: BiasRule,
+    /// Layers `0, n, 2n, ...` attend globally and the others within a sliding window
+    /// (`global_attn_every_n_layers`, default given: ModernBERT).
+    pub(super) global_every: Option<u64>,
+    /// The rotary embedding upcasts q and k (`q.float()`, twice) and casts the result back to
+    /// their dtype (ModernBERT), rather than multiplying in the promoted dtype.
+    pub(super) rotary_upcast: bool,
 }
 
 /// The decoder-only Llama family's answers, the base of several arms below.
@@ -268,6 +287,12 @@ const LLAMA: Traits = Traits {
     parallel_residual: false,
     cache: CacheRule::Config(true),
     tasks: DECODER_TASKS,
+    norm_bias: BiasRule::Always(true),
+    first_layer_input_norm: true,
+    mlm_dense_bias: BiasRule::Always(true),
+    mlm_decoder_bias: BiasRule::Always(true),
+    global_every: None,
+    rotary_upcast: false,
 };
 
 /// BERT and RoBERTa.
@@ -313,7 +338,14 @@ const ENCODER: Traits = Traits {
         token_cls: true,
         token_cls_dropout: ClassifierDropoutRule::ConfigOrHidden,
         token_cls_upcasts: false,
+        classifiers: true,
     },
+    norm_bias: BiasRule::Always(true),
+    first_layer_input_norm: true,
+    mlm_dense_bias: BiasRule::Always(true),
+    mlm_decoder_bias: BiasRule::Always(true),
+    global_every: None,
+    rotary_upcast: false,
 };
 
 /// Each architecture's answers.
@@ -455,6 +487,45 @@ pub(super) fn traits(arch: Architecture) -> Traits {
         A::Roberta => Traits {
             tasks: TaskRules { seq_cls: Pooling::ClassificationHead, ..ENCODER.tasks },
             ..ENCODER
+        },
+        // Pre-norm LayerNorms without bias, fused Wqkv and GeGLU `Wi` (chunked), no biases,
+        // rotary positions (a base per attention type), a final norm, the masked-LM head's
+        // dense + act + norm and a decoder tied to the embeddings.
+        A::ModernBert => Traits {
+            norm: Norm::LayerNorm,
+            gated_mlp: true,
+            fused_qkv: true,
+            fused_gate_up: true,
+            post_norm: false,
+            embedding_norm: true,
+            final_norm: true,
+            // `ForMaskedLMLoss`: `logits.float()`.
+            loss_upcasts_logits: true,
+            eager_softmax_fp32: true,
+            // Filled in by `resolve` from the layer types: the sliding-window mask only (the
+            // global mask is `None` without padding).
+            eager_masks: 0,
+            id_buffers: false,
+            positions: PositionRule::Rotary,
+            head_dim: HeadDimRule::Width,
+            activation: ("hidden_activation", "gelu"),
+            activation_key: "hidden_activation",
+            qkv_bias: BiasRule::Config(false),
+            o_bias: BiasRule::Config(false),
+            mlp_bias: BiasRule::Config(false),
+            tied_default: true,
+            dropout_default: 0.0,
+            embedding_dropout: EmbeddingDropoutRule::Own,
+            token_types: false,
+            cache: CacheRule::Never,
+            tasks: TaskRules { classifiers: false, ..ENCODER.tasks },
+            norm_bias: BiasRule::Config(false),
+            first_layer_input_norm: false,
+            mlm_dense_bias: BiasRule::Config(false),
+            mlm_decoder_bias: BiasRule::Config(true),
+            global_every: Some(3),
+            rotary_upcast: true,
+            ..LLAMA
         },
     }
 }

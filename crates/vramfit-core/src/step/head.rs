@@ -47,9 +47,15 @@ pub(super) fn head_and_loss(
     let mut owned = false;
     if s.head == Head::MaskedLm {
         // transform: dense + gelu + LayerNorm
-        let d = linear(g, cx, x, s.hidden_size, m.mlm[0], m.mlm.get(1).copied())?;
+        // (ModernBERT's dense has no bias.)
+        let (dense_bias, norm_params) = if s.mlm_dense_bias {
+            (m.mlm.get(1).copied(), m.mlm.get(2..).unwrap_or_default())
+        } else {
+            (None, m.mlm.get(1..).unwrap_or_default())
+        };
+        let d = linear(g, cx, x, s.hidden_size, m.mlm[0], dense_bias)?;
         let a = consume(g, d, |g, d| unary(g, d, d.dtype, Saves::Input))?;
-        let ln = norm(g, cx, a, &m.mlm[2..], n)?;
+        let ln = norm(g, cx, a, norm_params, n)?;
         g.drop(a.id);
         x = ln;
         owned = true;

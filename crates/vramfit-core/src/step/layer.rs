@@ -4,7 +4,7 @@
 use super::attention::attention_core;
 use super::ops::{
     Saves, activation, add, broadcast_mul, consume, dropout, grouped_mm, linear, mul2, new, norm,
-    rotary, to, to_replacing, unary,
+    rotary, rotary_fp32, to, to_replacing, unary,
 };
 use super::{Context, LayerParams, Model, Result, Tensor, mul};
 use crate::graph::{Grad, Graph, ParamId};
@@ -26,7 +26,12 @@ pub(super) fn layer_forward(
     let post_norm = s.post_norm;
     let trig_dt = x.dtype;
     // Attention block.
-    let a_in = if post_norm || !s.input_norms { x } else { norm(g, cx, x, &lp.norm1, n)? };
+    // (ModernBERT's first layer has no attention-input norm.)
+    let a_in = if post_norm || !s.input_norms || lp.norm1.is_empty() {
+        x
+    } else {
+        norm(g, cx, x, &lp.norm1, n)?
+    };
     let (q, k, v) = if s.fused_qkv {
         let qkv = linear(
             g,
@@ -59,6 +64,15 @@ pub(super) fn layer_forward(
         (q, k)
     };
     let (qr, kr) = match s.positions {
+        Positions::Rotary { .. } if s.rotary_upcast => {
+            // `q_embed = q.float() * cos + rotate_half(q.float()) * sin` (the same for k), both
+            // cast back to their dtype on return.
+            let q32 = rotary_fp32(g, q, trig_dt)?;
+            let k32 = rotary_fp32(g, k, trig_dt)?;
+            let qr = if q32.dtype == q.dtype { q32 } else { to_replacing(g, q32, q.dtype)? };
+            let kr = if k32.dtype == k.dtype { k32 } else { to_replacing(g, k32, k.dtype)? };
+            (qr, kr)
+        }
         Positions::Rotary { dims } => {
             (rotary(g, q, trig_dt, dims, s.head_dim)?, rotary(g, k, trig_dt, dims, s.head_dim)?)
         }

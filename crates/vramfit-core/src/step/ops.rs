@@ -642,6 +642,35 @@ pub(super) fn rotary(
     Ok(out)
 }
 
+/// ModernBERT's `apply_rotary_pos_emb`: `(x.float() * cos) + (rotate_half(x.float()) * sin)`
+/// over the whole head. Each `.float()` of a 16-bit `x` is a copy of its own, freed once used;
+/// the products and the sum are in fp32 (or the tables' wider dtype), returned for the caller
+/// to cast back. Nothing is saved: `cos` and `sin` need no gradient.
+pub(super) fn rotary_fp32(g: &mut Graph, x: Tensor, trig_dt: DType) -> Result<Tensor> {
+    let rot = x.numel;
+    let odt = promote(DType::F32, trig_dt);
+    let (xa, copied) = to(g, x, DType::F32)?;
+    let a = new(g, odt, rot)?;
+    g.record(&[a.id], &[], &[Grad::New(xa.id, xa.bytes())]);
+    if copied {
+        g.drop(xa.id);
+    }
+    let (xb, copied) = to(g, x, DType::F32)?;
+    let neg = g.alloc(mul(rot / 2, xb.dtype.size())?)?;
+    let cat = new(g, xb.dtype, rot)?;
+    g.record(&[cat.id], &[], &[Grad::New(xb.id, xb.bytes())]);
+    g.drop(neg);
+    if copied {
+        g.drop(xb.id);
+    }
+    let b = new(g, odt, rot)?;
+    g.record(&[b.id], &[], &[Grad::New(cat.id, cat.bytes())]);
+    g.drop(cat.id);
+    let sum = consume(g, a, |g, a| add(g, a, b))?;
+    g.drop(b.id);
+    Ok(sum)
+}
+
 pub(super) fn activation(g: &mut Graph, cx: &Context<'_>, x: Tensor) -> Result<Tensor> {
     match cx.spec.activation {
         Activation::Silu | Activation::Gelu => unary(g, x, x.dtype, Saves::Input),

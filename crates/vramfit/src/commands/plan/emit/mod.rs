@@ -187,6 +187,7 @@ impl<'a> Emit<'a> {
             A::Olmo2 => ("olmo2", "Olmo2DecoderLayer"),
             A::Qwen2Moe => ("qwen2_moe", "Qwen2MoeDecoderLayer"),
             A::Qwen3Moe => ("qwen3_moe", "Qwen3MoeDecoderLayer"),
+            A::ModernBert => ("modernbert", "ModernBertEncoderLayer"),
         }
     }
 
