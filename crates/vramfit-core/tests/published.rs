@@ -459,10 +459,7 @@ fn lora(row: &Row, l: &LoraRow) -> Lora {
 fn parallel(row: &Row) -> Parallel {
     let s = &row.setup;
     let id = &row.id;
-    let strategy: Strategy = s
-        .strategy
-        .as_deref()
-        .map_or(Strategy::None, |st| st.parse().unwrap_or_else(|e| panic!("{id}: {e}")));
+    let strategy = parsed(id, s.strategy.as_deref(), Strategy::None);
     let gpus = s.gpus.unwrap_or(row.gpu.count);
     assert_eq!(gpus * s.nodes.unwrap_or(1), row.gpu.count, "{id}: gpu.count is gpus × nodes");
     Parallel {
@@ -470,10 +467,7 @@ fn parallel(row: &Row) -> Parallel {
         nodes: s.nodes.unwrap_or(1),
         strategy,
         reshard_after_forward: s.reshard_after_forward.unwrap_or(true),
-        offload: s
-            .offload
-            .as_deref()
-            .map_or(Offload::None, |o| o.parse().unwrap_or_else(|e| panic!("{id}: {e}"))),
+        offload: parsed(id, s.offload.as_deref(), Offload::None),
         ..Parallel::default()
     }
 }
@@ -501,24 +495,12 @@ fn train_setup(row: &Row, seq_len: u64, approximate: bool) -> TrainSetup {
     TrainSetup {
         micro_batch,
         seq_len,
-        precision: s
-            .precision
-            .as_deref()
-            .map_or(Precision::Fp32, |p| p.parse().unwrap_or_else(|e| panic!("{id}: {e}"))),
-        optimizer: s
-            .optimizer
-            .as_deref()
-            .map_or(Optimizer::Adamw, |o| o.parse().unwrap_or_else(|e| panic!("{id}: {e}"))),
+        precision: parsed(id, s.precision.as_deref(), Precision::Fp32),
+        optimizer: parsed(id, s.optimizer.as_deref(), Optimizer::Adamw),
         attention,
-        checkpointing: s
-            .checkpointing
-            .as_deref()
-            .map_or(Checkpointing::None, |c| c.parse().unwrap_or_else(|e| panic!("{id}: {e}"))),
+        checkpointing: parsed(id, s.checkpointing.as_deref(), Checkpointing::None),
         grad_accum: s.grad_accum.unwrap_or(1),
-        optimizer_impl: s
-            .optimizer_impl
-            .as_deref()
-            .map_or(OptimizerImpl::Foreach, |i| i.parse().unwrap_or_else(|e| panic!("{id}: {e}"))),
+        optimizer_impl: parsed(id, s.optimizer_impl.as_deref(), OptimizerImpl::Foreach),
         lora: s.lora.as_ref().map(|l| lora(row, l)),
         quantization: s.quantization.as_ref().map(|q| vramfit_core::Quantization {
             kind: q.kind.parse().unwrap_or_else(|e| panic!("{id}: {e}")),
@@ -528,10 +510,7 @@ fn train_setup(row: &Row, seq_len: u64, approximate: bool) -> TrainSetup {
             skip_modules: Vec::new(),
         }),
         training_loop,
-        zero_grad: s
-            .zero_grad
-            .as_deref()
-            .map_or(ZeroGrad::SetToNone, |z| z.parse().unwrap_or_else(|e| panic!("{id}: {e}"))),
+        zero_grad: parsed(id, s.zero_grad.as_deref(), ZeroGrad::SetToNone),
         use_cache: s.use_cache,
         loss: match s.loss.as_deref() {
             Some("fused-linear-ce") => LossKernel::Chunked,
@@ -545,20 +524,23 @@ fn train_setup(row: &Row, seq_len: u64, approximate: bool) -> TrainSetup {
     }
 }
 
+/// A row's setting read with its `FromStr`, or `default` where the row leaves it out; a value
+/// it cannot read fails the test naming the row.
+fn parsed<T: std::str::FromStr>(id: &str, value: Option<&str>, default: T) -> T
+where
+    T::Err: std::fmt::Display,
+{
+    value.map_or(default, |v| v.parse().unwrap_or_else(|e| panic!("{id}: {e}")))
+}
+
 /// Model states for a row that states only a parameter count: its precision, optimizer and
 /// GPUs, the count taken as one flat parameter.
 fn params_only_states(row: &Row, params: f64) -> ModelStates {
     let s = &row.setup;
     let id = &row.id;
     let setup = TrainSetup {
-        precision: s
-            .precision
-            .as_deref()
-            .map_or(Precision::Fp32, |p| p.parse().unwrap_or_else(|e| panic!("{id}: {e}"))),
-        optimizer: s
-            .optimizer
-            .as_deref()
-            .map_or(Optimizer::Adamw, |o| o.parse().unwrap_or_else(|e| panic!("{id}: {e}"))),
+        precision: parsed(id, s.precision.as_deref(), Precision::Fp32),
+        optimizer: parsed(id, s.optimizer.as_deref(), Optimizer::Adamw),
         parallel: parallel(row),
         ..TrainSetup::default()
     };
