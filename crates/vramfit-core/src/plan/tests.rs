@@ -311,16 +311,12 @@ mod bounds {
                 grad_accum: accum,
                 ..TrainSetup::default()
             };
-            // QLoRA's 4-bit base (as the lora lever offers it), on a card with bf16.
+            // QLoRA's 4-bit base as the lora lever offers it on a card with bf16 (a bare
+            // capacity counts as one).
             if lora && qlora {
-                setup.quantization = Some(super::super::lever::default_qlora(&super::super::lever::GpuFacts {
-                    label: "test".into(),
-                    bf16: true,
-                    flash_attention: true,
-                    tflops: None,
-                    nvlink_gbps: None,
-                    bitsandbytes: true,
-                }));
+                let card = crate::gpu::GpuChoice::Capacity(crate::units::Bytes(1 << 40));
+                let facts = super::super::lever::GpuFacts::of(&card);
+                setup.quantization = Some(super::super::lever::default_qlora(&facts));
             }
             if strategy != Strategy::None {
                 setup.parallel.gpus_per_node = gpus;
