@@ -64,6 +64,9 @@ fn json_says_the_model_came_from_a_toml_file() {
     );
     // The article's class with these blocks, counted by torch (validation/stapel_parameters.py).
     assert_eq!(report["parameters"], 1_011_572_736_u64);
+    // A plain module builds no KV cache, whatever checkpointing says.
+    assert_eq!(report["assumed"]["use_cache"], false);
+    assert_eq!(report["assumed"]["use_cache_from"], "toml");
     let builtin = json(&["--model", "gpt2"]);
     assert_eq!(
         builtin["model_source"],

@@ -259,7 +259,8 @@ pub struct AssumedJson {
     pub zero_grad: String,
     /// Whether the KV cache is built in training; null without an architecture.
     pub use_cache: Option<bool>,
-    /// Where that comes from; null without an architecture.
+    /// Where that comes from (`config`, `flag`, `checkpointing`, `encoder`, `toml`); null
+    /// without an architecture.
     pub use_cache_from: Option<String>,
     /// The device the estimate is for.
     pub target: String,

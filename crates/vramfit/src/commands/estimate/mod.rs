@@ -188,16 +188,23 @@ pub struct Assumed {
     pub zero_grad: vramfit_core::ZeroGrad,
     /// Whether the model builds its KV cache in the step.
     pub kv_cache: bool,
-    /// Why: `config`, `flag`, `checkpointing` (which turns it off) or `encoder` (none).
+    /// Why: `config`, `flag`, `checkpointing` (which turns it off), `encoder` (none) or
+    /// `toml` (a model TOML describes a plain module, which builds none).
     pub kv_cache_from: &'static str,
     /// The device the estimate is for.
     pub target: Target,
 }
 
 impl Assumed {
-    fn of(spec: &vramfit_core::ModelSpec, setup: &TrainSetup, target: Target) -> Assumed {
+    fn of(
+        spec: &vramfit_core::ModelSpec,
+        setup: &TrainSetup,
+        target: Target,
+        origin: &ModelOrigin,
+    ) -> Assumed {
         let kv_cache_from = match (spec.use_cache, setup.use_cache) {
             (None, _) => "encoder",
+            (Some(_), None) if matches!(origin, ModelOrigin::Toml(_)) => "toml",
             (Some(_), _) if setup.checkpointing != vramfit_core::Checkpointing::None => {
                 "checkpointing"
             }
@@ -380,7 +387,7 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
                 }
                 None => None,
             };
-            let assumed = Assumed::of(&spec, &setup, target);
+            let assumed = Assumed::of(&spec, &setup, target, &origin);
             let trainable = (setup.lora.is_some() || setup.freeze.any())
                 .then(|| vramfit_core::peft::parameter_counts(&spec.parameter_layout(), &setup));
             Ok(Report::Full {

@@ -185,6 +185,7 @@ pub(crate) fn assumed_line(a: &super::Assumed) -> String {
         (_, "checkpointing") => "KV cache off (checkpointing)",
         (true, "flag") => "KV cache on (--use-cache)",
         (false, "flag") => "KV cache off (--use-cache)",
+        (_, "toml") => "no KV cache (a model TOML builds none)",
         (true, _) => "KV cache on (config.json's use_cache)",
         (false, _) => "KV cache off (config.json's use_cache)",
     };
