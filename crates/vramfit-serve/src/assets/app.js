@@ -5,7 +5,7 @@
 const $ = (id) => document.getElementById(id);
 const GIB = 1024 ** 3, MIB = 1024 ** 2, KIB = 1024;
 let options = null;
-let config = null;        // {name, text} of a chosen or dropped config.json
+let config = null;        // {name, text} of a chosen or dropped config.json or model TOML
 let sequence = 0;         // answers to older requests are dropped
 let timer = null;
 
@@ -156,7 +156,7 @@ function setFigure(id, raw, text) {
   $(id).dataset.value = String(raw);
 }
 
-// A config.json from the file picker or dropped on the box.
+// A config.json or model TOML from the file picker or dropped on the box.
 async function useConfig(file) {
   if (!file) return;
   config = { name: file.name, text: await file.text() };
@@ -164,7 +164,7 @@ async function useConfig(file) {
   $("config-status").hidden = false;
   $("model").disabled = true;
   $("drop-note").classList.remove("error");
-  $("drop-note").textContent = "Using this config.json instead of the built-in model.";
+  $("drop-note").textContent = `Using ${file.name} instead of the built-in model.`;
   schedule();
 }
 
@@ -179,7 +179,7 @@ function clearConfig() {
   $("config-status").hidden = true;
   $("model").disabled = false;
   $("drop-note").classList.remove("error");
-  $("drop-note").textContent = "Drop a config.json anywhere on this box, or choose one.";
+  $("drop-note").textContent = "Drop a config.json or model .toml anywhere on this box, or choose one.";
   schedule();
 }
 

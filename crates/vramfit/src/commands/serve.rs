@@ -3,6 +3,7 @@
 //! their `--format json` (and `estimate --svg`) write, through the same functions.
 
 use std::net::IpAddr;
+use std::path::Path;
 use std::sync::Arc;
 
 use clap::FromArgMatches;
@@ -190,7 +191,8 @@ fn estimate_report(body: &Map<String, Value>, chart: bool) -> Result<estimate::R
     estimate::compute_with(&setup, source, chart)
 }
 
-/// The model of a request: `model` (a built-in name) or `config` (a dropped config.json).
+/// The model of a request: `model` (a built-in name) or `config` (a dropped config.json, or a
+/// model TOML when its name ends in `.toml`).
 fn model_source(body: &Map<String, Value>, setup: &SetupArgs) -> Result<ModelSource, Failure> {
     let source = match (body.get("model"), body.get("config")) {
         (Some(_), Some(_)) => {
@@ -203,14 +205,21 @@ fn model_source(body: &Map<String, Value>, setup: &SetupArgs) -> Result<ModelSou
         (Some(_), None) => return Err(bad_field("model", "a built-in model's name")),
         (None, Some(Value::Object(file))) => {
             let Some(Value::String(text)) = file.get("text") else {
-                return Err(bad_field("config.text", "the text of a config.json"));
+                return Err(bad_field("config.text", "the text of a config.json or model TOML"));
             };
             let name = match file.get("name") {
                 Some(Value::String(name)) if !name.is_empty() => name.clone(),
                 None | Some(Value::Null) => "config.json".to_owned(),
                 _ => return Err(bad_field("config.name", "the file's name")),
             };
-            setup.with_task(ModelSource::from_config(name.clone(), text, &name)?)?
+            let is_toml =
+                Path::new(&name).extension().is_some_and(|e| e.eq_ignore_ascii_case("toml"));
+            let source = if is_toml {
+                ModelSource::from_toml(text, &name)?
+            } else {
+                ModelSource::from_config(name.clone(), text, &name)?
+            };
+            setup.with_task(source)?
         }
         (None, Some(_)) => {
             return Err(bad_field("config", "an object {\"name\": ..., \"text\": ...}"));

@@ -472,6 +472,35 @@ fn the_page_in_a_real_browser() {
     assert_eq!(shown.as_str().unwrap().lines().next().unwrap(), cli_first);
     assert_eq!(shown.as_str().unwrap(), cli_error.trim_end());
     browser.screenshot("laptop-bad-config.png");
+
+    // Choosing a model TOML: the page estimates the described model, as the API does.
+    let stapel = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/stapel.toml"),
+    )
+    .unwrap();
+    let toml = dir.path().join("stapel.toml");
+    std::fs::write(&toml, &stapel).unwrap();
+    browser.type_into("#config-file", toml.to_str().unwrap());
+    let from_toml = expected(
+        &served,
+        &with(
+            &without_model(&base),
+            json!({"config": {"name": "stapel.toml", "text": stapel}, "batch": 4, "seq_len": 2049}),
+        ),
+    );
+    browser.wait_for(
+        &format!(
+            "document.getElementById('peak').dataset.value === '{}'",
+            from_toml["peak"].as_str().unwrap()
+        ),
+        "the chosen model TOML",
+    );
+    browser.wait_for("document.body.dataset.state === 'idle'", "the update");
+    check_shown(&browser, &from_toml);
+    assert_eq!(
+        browser.run("return document.getElementById('config-name').textContent;", &[]),
+        "config: stapel.toml"
+    );
     browser.click("#config-clear");
 
     // Pasting an OOM message: the doctor's diagnoses, as the API gives them.

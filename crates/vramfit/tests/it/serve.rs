@@ -149,6 +149,51 @@ fn dropped_configs_are_read_as_the_cli_reads_files() {
     }
 }
 
+/// A dropped model TOML (its name ends in `.toml`) is read as `--model FILE.toml` reads it,
+/// errors included.
+#[test]
+fn dropped_model_tomls_are_read_as_the_cli_reads_them() {
+    let served = Served::start();
+    let dir = tempfile::tempdir().unwrap();
+    let stapel =
+        std::fs::read_to_string(manifest_dir().join("../../examples/stapel.toml")).unwrap();
+    std::fs::write(dir.path().join("stapel.toml"), &stapel).unwrap();
+    let args = ["--batch", "2", "--checkpointing", "full"];
+    let response = post(
+        served.addr,
+        "/api/estimate",
+        &json!({"config": {"name": "stapel.toml", "text": stapel}, "batch": 2,
+                "checkpointing": "full"}),
+    );
+    assert_eq!(response.status, 200, "{}", response.text());
+    let api = response.json();
+    let cli = cli_json(dir.path(), &[&["estimate", "--model", "stapel.toml"][..], &args].concat());
+    assert_eq!(api, cli);
+    assert_eq!(api["model_source"]["kind"], "toml");
+
+    let broken = stapel.replace("heads = ", "heads = 7 #");
+    std::fs::write(dir.path().join("broken.toml"), &broken).unwrap();
+    let output = vramfit()
+        .current_dir(dir.path())
+        .args(["estimate", "--model", "broken.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let response = post(
+        served.addr,
+        "/api/estimate",
+        &json!({"config": {"name": "broken.toml", "text": broken}}),
+    );
+    assert_eq!(response.status, 400);
+    let body = response.json();
+    let page = format!(
+        "error: {}\nhint: {}\n",
+        body["error"].as_str().unwrap(),
+        body["hint"].as_str().unwrap()
+    );
+    assert_eq!(page, String::from_utf8(output.stderr).unwrap());
+}
+
 #[test]
 fn doctor_body_is_the_cli_json() {
     let served = Served::start();

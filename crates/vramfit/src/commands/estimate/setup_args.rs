@@ -659,16 +659,32 @@ fn spec_from(
 /// A model TOML file: its `name` (else the file's stem) and the spec it resolves to.
 fn spec_from_toml(path: &Path, name: &str) -> Result<ModelSource, Failure> {
     let text = read_text(path, model_toml::MAX_MODEL_TOML_BYTES, "a model TOML")?;
-    let model = model_toml::parse(&text)
-        .map_err(|e| Failure::with_hint(format!("{name}: {e}"), e.hint()))?;
-    let label = model.name.unwrap_or_else(|| {
-        path.file_stem().map_or_else(|| name.to_string(), |s| s.to_string_lossy().into_owned())
-    });
-    Ok(ModelSource::Spec {
-        label,
-        spec: Box::new(model.spec),
-        origin: ModelOrigin::Toml(name.to_string()),
-    })
+    ModelSource::from_toml(&text, name)
+}
+
+impl ModelSource {
+    /// The text of a model TOML; `name` (a path or a file's name) names it in errors, and its
+    /// stem labels the model when the TOML has no `name`.
+    pub fn from_toml(text: &str, name: &str) -> Result<ModelSource, Failure> {
+        if text.len() > model_toml::MAX_MODEL_TOML_BYTES {
+            return Err(Failure::with_hint(
+                format!("{name} is {} — too large for a model TOML", Bytes(text.len() as u64)),
+                "pass the model's config.json or model TOML, never its weights",
+            ));
+        }
+        let model = model_toml::parse(text)
+            .map_err(|e| Failure::with_hint(format!("{name}: {e}"), e.hint()))?;
+        let label = model.name.unwrap_or_else(|| {
+            Path::new(name)
+                .file_stem()
+                .map_or_else(|| name.to_string(), |s| s.to_string_lossy().into_owned())
+        });
+        Ok(ModelSource::Spec {
+            label,
+            spec: Box::new(model.spec),
+            origin: ModelOrigin::Toml(name.to_string()),
+        })
+    }
 }
 
 fn read_config(path: &Path) -> Result<String, Failure> {
