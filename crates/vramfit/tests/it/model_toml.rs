@@ -155,3 +155,33 @@ fn inconsistent_toml_models_are_one_line_errors() {
     transcript.push_str(&format!("# no such file\n{missing}"));
     insta::assert_snapshot!(transcript);
 }
+
+/// `plan` searches a TOML model's setups like any other; `--emit` refuses it (its code loads a
+/// Hugging Face model), one error line and one hint, exit 2.
+#[test]
+fn plan_works_on_a_toml_model_and_emit_refuses_it() {
+    let args = ["plan", "--model", "examples/stapel.toml", "--gpu", "rtx-4090"];
+    let plan = vramfit()
+        .current_dir(root())
+        .args(args)
+        .args(["--global-batch", "16", "--seq-len", "1024", "--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(plan.status.code(), Some(0), "{}", String::from_utf8_lossy(&plan.stderr));
+    let report: Value = serde_json::from_slice(&plan.stdout).unwrap();
+    assert!(!report["plans"].as_array().unwrap().is_empty());
+
+    let emit = vramfit()
+        .current_dir(root())
+        .args(args)
+        .args(["--global-batch", "16", "--seq-len", "1024", "--emit", "pytorch"])
+        .output()
+        .unwrap();
+    assert_eq!(emit.status.code(), Some(2));
+    assert!(emit.stdout.is_empty());
+    let stderr = String::from_utf8(emit.stderr).unwrap();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert!(lines[0].starts_with("error: --emit writes code that loads a Hugging Face model"));
+    assert!(lines[1].starts_with("hint: "));
+}

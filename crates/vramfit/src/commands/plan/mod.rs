@@ -94,6 +94,9 @@ pub struct PlanReport {
     pub spec: Box<ModelSpec>,
     /// Its Hugging Face id, when known (for the emitted code).
     pub hub_id: Option<String>,
+    /// The model TOML it was read from, if any: a module of the user's own, for which no
+    /// Hugging Face code can be emitted.
+    pub model_toml: Option<String>,
     /// The GPU's label.
     pub gpu: String,
     /// The user's setup.
@@ -122,6 +125,14 @@ pub fn run(args: PlanArgs) -> Result<Outcome, Failure> {
         writeln!(anstream::stderr(), "warning: {w}")?;
     }
     if let Some(format) = args.emit {
+        if let Some(path) = &report.model_toml {
+            return Err(Failure::with_hint(
+                format!(
+                    "--emit writes code that loads a Hugging Face model, and {path} describes a module of your own"
+                ),
+                "apply the plan's changes (listed by `vramfit plan` without --emit) to your own training loop",
+            ));
+        }
         let plan = pick(&report, args.pick)?;
         let emitted = emit::emit(format, &report, plan);
         out.write_all(emitted.text.as_bytes())?;
@@ -166,7 +177,7 @@ pub fn compute(
 ) -> Result<PlanReport, Failure> {
     // The global batch is the plans' goal: the user's micro-batch need not divide it.
     let setup = args.train_setup_per_micro_batch()?;
-    let ModelSource::Spec { label, spec, .. } = source else {
+    let ModelSource::Spec { label, spec, origin } = source else {
         return Err(Failure::with_hint(
             "plan needs a model: a bare parameter count has no activations to plan",
             "pass --model NAME, a config.json or ORG/NAME instead of --params",
@@ -220,6 +231,10 @@ pub fn compute(
     warnings.extend(outcome.baseline.estimate.warnings.iter().map(crate::hints::warning));
     Ok(PlanReport {
         hub_id: hub_id(&label, args),
+        model_toml: match origin {
+            super::estimate::ModelOrigin::Toml(path) => Some(path),
+            _ => None,
+        },
         model: label,
         gpu: gpu.label(),
         setup,
