@@ -41,7 +41,9 @@ PRECISIONS = ("fp32", "fp16-mixed", "bf16-mixed", "bf16", "fp16-true")
 # "none": no optimizer, forward and backward only (a benchmark's loop:
 # `model.zero_grad(); model(**batch).logits.sum().backward()`); the gradients are dropped by
 # `model.zero_grad()` where an optimizer's `zero_grad` would run.
-OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum", "adafactor", "none")
+# "paged-adamw": bitsandbytes' PagedAdamW (32-bit state); on the CPU bitsandbytes has no
+# managed memory, so its state buffers are ordinary tensors the tracker counts.
+OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum", "adafactor", "paged-adamw", "none")
 ATTENTIONS = ("eager", "sdpa")
 CHECKPOINTING = ("none", "full")
 # The training loop's convention: "trainer" keeps only the loss (HF Trainer, Lightning, TRL,
@@ -485,6 +487,10 @@ def build_optimizer(torch, name: str, params, foreach: bool):
         if not hasattr(torch.optim, "Adafactor"):
             raise RuntimeError("this torch has no torch.optim.Adafactor")
         return torch.optim.Adafactor(params, lr=1e-2, **kw)
+    if name == "paged-adamw":
+        import bitsandbytes as bnb
+
+        return bnb.optim.PagedAdamW(params, lr=1e-4, weight_decay=0.01)
     raise ValueError(name)
 
 

@@ -65,6 +65,10 @@ pub struct Device {
     /// gets no mask and the head dimension is at most 256 (`use_gqa_in_sdpa`). The math
     /// kernel repeats the heads itself.
     pub sdpa_enable_gqa: bool,
+    /// CUDA managed memory exists: a paged bitsandbytes optimizer keeps its state buffers of
+    /// 100,000 elements or more there, outside the caching allocator's count. On the CPU
+    /// bitsandbytes falls back to ordinary tensors (`get_state_buffer`), which count.
+    pub managed_memory: bool,
 }
 
 /// cuBLAS's default workspace for one handle (`CUBLAS_WORKSPACE_CONFIG` unset).
@@ -84,6 +88,7 @@ impl Device {
         workspaces: &[CUBLAS_WORKSPACE, CUBLAS_WORKSPACE],
         allocator: Some(crate::allocator::AllocConf::DEFAULT),
         sdpa_enable_gqa: true,
+        managed_memory: true,
     };
 
     /// The CPU fake-tensor oracle of `validation/oracle.py`.
@@ -99,6 +104,7 @@ impl Device {
         workspaces: &[],
         allocator: None,
         sdpa_enable_gqa: true,
+        managed_memory: false,
     };
 }
 

@@ -326,7 +326,7 @@ pub fn model_states_for_params(
     let mut g = crate::graph::Graph::new(crate::timeline::Timeline::new(1, Vec::new()));
     g.add_param(params, dtypes.compute, true, 0)?;
     let ranks = crate::parallel::runtime::Ranks::new(&mut g, setup, None)?;
-    let opt = OptimizerRun::new(setup, ranks.stepped(&g), false)?;
+    let opt = OptimizerRun::new(setup, ranks.stepped(&g), &crate::device::Device::CUDA)?;
     Ok(ranks.model_states(&g, &opt)?)
 }
 

@@ -35,6 +35,14 @@ pub(crate) fn state_bytes(
             }
             None => m(dtype.size())?,
         },
+        // bitsandbytes' 32-bit state is fp32 whatever the parameter's dtype.
+        Optimizer::PagedAdamw => {
+            if numel >= BNB_PAGED_MIN && !count_paged {
+                0
+            } else {
+                m(8)?
+            }
+        }
         Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => {
             if numel < BNB_MIN_8BIT_SIZE {
                 m(8)?
@@ -54,6 +62,7 @@ pub(crate) fn state_bytes(
 pub(crate) fn state_dtype(setup: &TrainSetup, param_dtype: DType) -> DType {
     match setup.optimizer {
         Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit => DType::U8,
+        Optimizer::PagedAdamw => DType::F32,
         _ => setup.optimizer_state_dtype.unwrap_or(param_dtype),
     }
 }
@@ -85,13 +94,15 @@ impl OptimizerRun {
     pub(crate) fn new(
         setup: &TrainSetup,
         params: Vec<Stepped>,
-        step_counters_on_device: bool,
+        device: &crate::device::Device,
     ) -> Result<OptimizerRun, Overflow> {
         let dtypes: Vec<DType> = params.iter().map(|p| state_dtype(setup, p.dtype)).collect();
+        // Without managed memory a paged optimizer's buffers are ordinary tensors.
+        let count_paged = !device.managed_memory;
         let state_bytes = params
             .iter()
             .zip(&dtypes)
-            .map(|(p, &dtype)| state_bytes(setup.optimizer, p.numel, p.matrix, dtype, false))
+            .map(|(p, &dtype)| state_bytes(setup.optimizer, p.numel, p.matrix, dtype, count_paged))
             .collect::<Result<_, _>>()?;
         Ok(OptimizerRun {
             opt: setup.optimizer,
@@ -99,7 +110,7 @@ impl OptimizerRun {
             params,
             state_bytes,
             state: Vec::new(),
-            step_counters_on_device,
+            step_counters_on_device: device.step_counters_on_device,
             implementation: setup.optimizer_impl,
         })
     }
@@ -194,7 +205,9 @@ impl OptimizerRun {
                 | Optimizer::None
                 | Optimizer::SgdMomentum
                 | Optimizer::Adamw8bit
-                | Optimizer::PagedAdamw8bit,
+                | Optimizer::PagedAdamw8bit
+                // One fused kernel per parameter, updating in place.
+                | Optimizer::PagedAdamw,
             ) => Vec::new(),
         };
         let mut alive = Vec::with_capacity(temporaries.len());
@@ -205,5 +218,25 @@ impl OptimizerRun {
             g.tl.release(t);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// bitsandbytes' `PagedAdamW`: two fp32 states whatever the parameter's dtype
+    /// (`optim_bits=32`); on CUDA the buffers of 100,000 elements or more live in managed
+    /// memory, outside the allocator's count, and on the CPU they are ordinary tensors.
+    #[test]
+    fn paged_adamw_keeps_fp32_state_and_pages_the_large_buffers() {
+        let opt = Optimizer::PagedAdamw;
+        let large = BNB_PAGED_MIN;
+        let small = BNB_PAGED_MIN - 1;
+        assert_eq!(state_bytes(opt, large, Some((1000, 100)), DType::F32, false), Ok(0));
+        assert_eq!(state_bytes(opt, large, Some((1000, 100)), DType::F32, true), Ok(large * 8));
+        assert_eq!(state_bytes(opt, small, None, DType::F32, false), Ok(small * 8));
+        let setup = TrainSetup { optimizer: opt, ..TrainSetup::default() };
+        assert_eq!(state_dtype(&setup, DType::Bf16), DType::F32);
     }
 }

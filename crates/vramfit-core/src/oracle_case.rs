@@ -292,10 +292,11 @@ impl OracleCase {
 
 /// [`Device::CUDA`] as `oracle.py --emulate cuda` runs it on the CPU: every mechanism of the
 /// step (dropout's bool masks, SDPA's kernels, no materialised causal mask, autocast's lists,
-/// `enable_gqa`) but three that live outside what the CPU run can show: cuBLAS's workspaces,
-/// the caching allocator's 512-byte rounding (and its reserved memory), and Adam's `step`
-/// counters, which CUDA keeps on the host. Those three are each a field of `Device::CUDA`
-/// whose values come from PyTorch's source, not from the oracle.
+/// `enable_gqa`) but four that live outside what the CPU run can show: cuBLAS's workspaces,
+/// the caching allocator's 512-byte rounding (and its reserved memory), Adam's `step`
+/// counters, which CUDA keeps on the host, and the managed memory paged optimizers keep
+/// their state in. Those four are each a field of `Device::CUDA` whose values come from
+/// PyTorch's and bitsandbytes' source, not from the oracle.
 pub fn cuda_as_emulated() -> Device {
     Device {
         name: "cuda (emulated on the cpu)",
@@ -303,6 +304,7 @@ pub fn cuda_as_emulated() -> Device {
         allocation_granularity: 1,
         step_counters_on_device: true,
         allocator: None,
+        managed_memory: false,
         ..Device::CUDA
     }
 }

@@ -101,6 +101,8 @@ pub enum Optimizer {
     Adamw8bit,
     /// bitsandbytes `PagedAdamW8bit`: as `AdamW8bit`, state in managed (pageable) memory.
     PagedAdamw8bit,
+    /// bitsandbytes `PagedAdamW` (32-bit): two fp32 states, in managed (pageable) memory.
+    PagedAdamw,
     /// `torch.optim.Adafactor`: factored second moment, no first moment.
     Adafactor,
     /// Lion: one momentum buffer.
@@ -113,17 +115,24 @@ pub enum Optimizer {
 
 impl Optimizer {
     /// All variants, in the order the CLI lists them.
-    pub const ALL: [Optimizer; 9] = [
+    pub const ALL: [Optimizer; 10] = [
         Optimizer::Adam,
         Optimizer::Adamw,
         Optimizer::Sgd,
         Optimizer::SgdMomentum,
         Optimizer::Adamw8bit,
         Optimizer::PagedAdamw8bit,
+        Optimizer::PagedAdamw,
         Optimizer::Adafactor,
         Optimizer::Lion,
         Optimizer::None,
     ];
+
+    /// Whether bitsandbytes keeps its larger state buffers in CUDA managed memory, outside
+    /// the caching allocator's count.
+    pub fn paged(self) -> bool {
+        matches!(self, Optimizer::PagedAdamw8bit | Optimizer::PagedAdamw)
+    }
 
     /// The name used on the command line and in JSON.
     pub fn name(self) -> &'static str {
@@ -134,6 +143,7 @@ impl Optimizer {
             Optimizer::SgdMomentum => "sgd-momentum",
             Optimizer::Adamw8bit => "adamw-8bit",
             Optimizer::PagedAdamw8bit => "paged-adamw-8bit",
+            Optimizer::PagedAdamw => "paged-adamw",
             Optimizer::Adafactor => "adafactor",
             Optimizer::Lion => "lion",
             Optimizer::None => "none",
@@ -665,6 +675,7 @@ named_enum!(Optimizer, "optimizer",
     "adam8bit" => Optimizer::Adamw8bit, "adamw8bit" => Optimizer::Adamw8bit,
     "adam-8bit" => Optimizer::Adamw8bit, "adamw_bnb_8bit" => Optimizer::Adamw8bit,
     "paged_adamw_8bit" => Optimizer::PagedAdamw8bit, "pagedadamw8bit" => Optimizer::PagedAdamw8bit,
+    "paged_adamw_32bit" => Optimizer::PagedAdamw, "pagedadamw" => Optimizer::PagedAdamw,
     "sgd_momentum" => Optimizer::SgdMomentum, "momentum" => Optimizer::SgdMomentum,
     "adamw_torch" => Optimizer::Adamw, "no" => Optimizer::None, "no-optimizer" => Optimizer::None,
 );
@@ -748,7 +759,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "unknown optimizer 'adamq' (expected one of: adam, adamw, sgd, sgd-momentum, \
-             adamw-8bit, paged-adamw-8bit, adafactor, lion, none)"
+             adamw-8bit, paged-adamw-8bit, paged-adamw, adafactor, lion, none)"
         );
     }
 

@@ -26,9 +26,15 @@ pub enum Warning {
         max_positions: u64,
     },
     /// bitsandbytes' 8-bit optimizers ignore a requested state dtype.
-    StateDtypeIgnored,
+    StateDtypeIgnored {
+        /// The bitsandbytes optimizer.
+        optimizer: Optimizer,
+    },
     /// A paged optimizer's large states live in managed memory, outside the count.
-    PagedStateOutsideAllocator,
+    PagedStateOutsideAllocator {
+        /// The paged optimizer.
+        optimizer: Optimizer,
+    },
     /// Pure bf16 with torch Adam keeps bf16 state.
     PureBf16AdamState,
     /// A multi-GPU strategy on one GPU: there is no other rank to share with.
@@ -70,11 +76,16 @@ impl fmt::Display for Warning {
                 f,
                 "seq-len {seq_len} exceeds the model's {max_positions} learned positions; the model cannot run it"
             ),
-            Warning::StateDtypeIgnored => f.write_str(
+            Warning::StateDtypeIgnored { optimizer: Optimizer::PagedAdamw } => f.write_str(
+                "bitsandbytes' paged-adamw keeps fp32 state; the requested optimizer state dtype is ignored",
+            ),
+            Warning::StateDtypeIgnored { .. } => f.write_str(
                 "bitsandbytes 8-bit optimizers keep uint8 state; the requested optimizer state dtype is ignored",
             ),
-            Warning::PagedStateOutsideAllocator => f.write_str(
-                "paged-adamw-8bit keeps large state tensors in managed memory, outside the allocator's count",
+            Warning::PagedStateOutsideAllocator { optimizer } => write!(
+                f,
+                "{} keeps large state tensors in managed memory, outside the allocator's count",
+                optimizer.name()
             ),
             Warning::PureBf16AdamState => f.write_str(
                 "pure bf16 with torch Adam keeps bf16 optimizer states (no fp32 master copy)",
@@ -132,12 +143,15 @@ pub(crate) fn warnings(spec: &ModelSpec, setup: &TrainSetup) -> Vec<Warning> {
     {
         w.push(Warning::SequenceBeyondPositions { seq_len: setup.seq_len, max_positions });
     }
-    let eight_bit = matches!(setup.optimizer, Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit);
-    if eight_bit && setup.optimizer_state_dtype.is_some() {
-        w.push(Warning::StateDtypeIgnored);
+    let bnb = matches!(
+        setup.optimizer,
+        Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit | Optimizer::PagedAdamw
+    );
+    if bnb && setup.optimizer_state_dtype.is_some() {
+        w.push(Warning::StateDtypeIgnored { optimizer: setup.optimizer });
     }
-    if setup.optimizer == Optimizer::PagedAdamw8bit {
-        w.push(Warning::PagedStateOutsideAllocator);
+    if setup.optimizer.paged() {
+        w.push(Warning::PagedStateOutsideAllocator { optimizer: setup.optimizer });
     }
     if setup.precision == Precision::Bf16
         && matches!(setup.optimizer, Optimizer::Adam | Optimizer::Adamw)

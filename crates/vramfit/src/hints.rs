@@ -244,7 +244,10 @@ impl Hint for vramfit_core::plan::PlanError {
 /// A warning as the command line says it.
 pub fn warning(w: &Warning) -> String {
     match w {
-        Warning::StateDtypeIgnored => {
+        Warning::StateDtypeIgnored { optimizer: vramfit_core::Optimizer::PagedAdamw } => {
+            "bitsandbytes' paged-adamw keeps fp32 state; --optimizer-state-dtype is ignored".into()
+        }
+        Warning::StateDtypeIgnored { .. } => {
             "bitsandbytes 8-bit optimizers keep uint8 state; --optimizer-state-dtype is ignored"
                 .into()
         }
@@ -290,7 +293,8 @@ mod tests {
 
     #[test]
     fn the_state_dtype_warning_names_the_flag() {
-        assert!(warning(&Warning::StateDtypeIgnored).contains("--optimizer-state-dtype"));
-        assert!(!Warning::StateDtypeIgnored.to_string().contains("--"));
+        let ignored = Warning::StateDtypeIgnored { optimizer: vramfit_core::Optimizer::Adamw8bit };
+        assert!(warning(&ignored).contains("--optimizer-state-dtype"));
+        assert!(!ignored.to_string().contains("--"));
     }
 }

@@ -556,7 +556,10 @@ pub fn compatible(c: &Config) -> bool {
         && !(s.parallel.offload.optimizer()
             && matches!(
                 s.optimizer,
-                Optimizer::Adamw8bit | Optimizer::PagedAdamw8bit | Optimizer::Adafactor
+                Optimizer::Adamw8bit
+                    | Optimizer::PagedAdamw8bit
+                    | Optimizer::PagedAdamw
+                    | Optimizer::Adafactor
             ))
 }
 
@@ -684,6 +687,7 @@ pub fn math_notes(user: &Config, plan: &Config) -> Vec<MathNote> {
                 notes.push(MathNote::EightBitStates);
                 notes.push(MathNote::PagedStates);
             }
+            Optimizer::PagedAdamw => notes.push(MathNote::PagedStates),
             Optimizer::Adafactor => notes.push(MathNote::AdafactorIsAnotherOptimizer),
             _ => {}
         }

@@ -674,7 +674,7 @@ impl<'r, 'a> Search<'r, 'a> {
         let visible = self.req.budget.cuda_visible.get().max(1);
         let mut used = device_used.get();
         let fits = used <= self.req.budget.usable().get();
-        if fits && c.setup.optimizer == crate::setup::Optimizer::PagedAdamw8bit {
+        if fits && c.setup.optimizer.paged() {
             let paged = crate::estimate::paged_state_bytes(self.req.spec, &c.setup)
                 .map_or(0, crate::units::Bytes::get);
             let room = self.req.budget.usable().get().saturating_sub(used);

@@ -373,7 +373,7 @@ fn simulate_with(
         g.tl.alloc(Component::Workspace, bytes)?;
     }
     let stepped = ranks.stepped(&g);
-    let mut opt = crate::optim::OptimizerRun::new(setup, stepped, device.step_counters_on_device)?;
+    let mut opt = crate::optim::OptimizerRun::new(setup, stepped, device)?;
     let model_states = ranks.model_states(&g, &opt)?;
     // The steady state: the optimizer state exists before the forward (the previous step
     // created it). The first iteration of a run is the same stream without that state, and
@@ -487,8 +487,7 @@ pub(crate) fn model_states_only(
     let mut g = Graph::new(Timeline::new(device.allocation_granularity, Vec::new()));
     build_model(&mut g, &cx, &layout)?;
     let ranks = Ranks::new(&mut g, setup, Some(spec.n_layers))?;
-    let opt =
-        crate::optim::OptimizerRun::new(setup, ranks.stepped(&g), device.step_counters_on_device)?;
+    let opt = crate::optim::OptimizerRun::new(setup, ranks.stepped(&g), device)?;
     Ok((ranks.model_states(&g, &opt)?, opt.paged_state()?, ranks.host_memory(&g, setup)?))
 }
 

@@ -45,8 +45,9 @@ pub struct SetupArgs {
     #[arg(long, default_value = "bf16-mixed", value_name = "P")]
     pub precision: String,
 
-    /// adam, adamw, sgd, sgd-momentum, adamw-8bit, paged-adamw-8bit, adafactor, lion, or none
-    /// (no optimizer: forward and backward only, as a benchmark's loop does).
+    /// adam, adamw, sgd, sgd-momentum, adamw-8bit, paged-adamw-8bit, paged-adamw (bitsandbytes'
+    /// 32-bit PagedAdamW), adafactor, lion, or none (no optimizer: forward and backward only, as
+    /// a benchmark's loop does).
     #[arg(long, default_value = "adamw", value_name = "OPT")]
     pub optimizer: String,
 

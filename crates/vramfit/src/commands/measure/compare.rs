@@ -252,6 +252,7 @@ fn optimizer(class: &str) -> Option<&'static str> {
         "Lion" | "Lion32bit" => "lion",
         "AdamW8bit" => "adamw-8bit",
         "PagedAdamW8bit" => "paged-adamw-8bit",
+        "PagedAdamW" | "PagedAdamW32bit" => "paged-adamw",
         _ => return None,
     })
 }

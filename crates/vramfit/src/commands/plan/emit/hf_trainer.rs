@@ -13,6 +13,7 @@ fn optim(cx: &Emit<'_>) -> &'static str {
         (Optimizer::Adam | Optimizer::Adamw, _) => "adamw_torch",
         (Optimizer::Adamw8bit, _) => "adamw_bnb_8bit",
         (Optimizer::PagedAdamw8bit, _) => "paged_adamw_8bit",
+        (Optimizer::PagedAdamw, _) => "paged_adamw_32bit",
         (Optimizer::Adafactor, _) => "adafactor",
         (Optimizer::Sgd | Optimizer::SgdMomentum, _) => "sgd",
         (Optimizer::Lion, _) => "lion_32bit",

@@ -334,6 +334,10 @@ impl<'a> Emit<'a> {
                 Some("import bitsandbytes as bnb"),
                 format!("bnb.optim.PagedAdamW8bit({params}, lr={LR})"),
             ),
+            Optimizer::PagedAdamw => (
+                Some("import bitsandbytes as bnb"),
+                format!("bnb.optim.PagedAdamW({params}, lr={LR})"),
+            ),
             Optimizer::Adafactor => {
                 (None, format!("torch.optim.Adafactor({params}, lr=1e-2{foreach})"))
             }
