@@ -75,6 +75,11 @@ RUNS = {
         "--model", "llama-3.1-8b", "--gpu", "rtx-4080", "-b", "1", "-s", "512",
         "--precision", "bf16-mixed", "--allow", "lora",
     ],
+    "llama-3.1-8b-qlora16-rtx4080": [
+        "--model", "llama-3.1-8b", "--gpu", "rtx-4080", "-b", "1", "-s", "512",
+        "--precision", "bf16", "--quantization", "nf4", "--double-quant", "--lora-rank", "16",
+        "--lora-targets", "all-linear", "--keep", "precision",
+    ],
     "qwen2.5-0.5b-every-n-chunked": [
         "--model", "qwen2.5-0.5b", "--gpu", "rtx-4090", "-b", "8", "-s", "2048",
         "--forbid", "full",

@@ -614,7 +614,7 @@ def run_case(case: dict, versions: dict) -> dict:
         )
         model.train()
         model, peft_note = peft_case.apply(model, case, torch)
-        if case.get("quantization"):
+        if peft_case.kbit_prepared(case):
             pass  # prepare_model_for_kbit_training enabled checkpointing as the case says
         elif case["checkpointing"] == "full":
             model.gradient_checkpointing_enable(

@@ -199,6 +199,12 @@ def _matches(name: str, target: str) -> bool:
     return name == target or name.endswith("." + target)
 
 
+def kbit_prepared(case: dict) -> bool:
+    """Whether a quantised case runs `prepare_model_for_kbit_training`: every precision but
+    pure 16-bit weights, whose base it would upcast to fp32 (a mixed-precision run)."""
+    return bool(case.get("quantization")) and case["precision"] not in ("bf16", "fp16-true")
+
+
 def apply(model, case: dict, torch):
     """Quantises (stand-ins), prepares and wraps the model as the case says; returns the model
     and a note."""
@@ -233,12 +239,17 @@ def apply(model, case: dict, torch):
         else:
             model.is_loaded_in_4bit = True
         notes.append(f"quantized_linears={replaced}")
-        ckpt = case["checkpointing"] == "full"
-        model = peft.prepare_model_for_kbit_training(
-            model,
-            use_gradient_checkpointing=ckpt,
-            gradient_checkpointing_kwargs={"use_reentrant": False},
-        )
+        if kbit_prepared(case):
+            ckpt = case["checkpointing"] == "full"
+            model = peft.prepare_model_for_kbit_training(
+                model,
+                use_gradient_checkpointing=ckpt,
+                gradient_checkpointing_kwargs={"use_reentrant": False},
+            )
+        else:
+            # A 16-bit base kept in 16 bits (LitGPT's bitsandbytes precision, or a script
+            # without prepare_model_for_kbit_training): get_peft_model freezes the base.
+            notes.append("kbit_prepare=false")
     targets = lora.get("targets", "default")
     if targets == "default":
         targets = None

@@ -61,11 +61,6 @@ pub enum PeftError {
     /// A compute dtype that is not a 16- or 32-bit float.
     #[error("--compute-dtype {0} is not a floating-point dtype bitsandbytes computes in")]
     ComputeDtype(DType),
-    /// Pure bf16 or fp16 with quantisation: `prepare_model_for_kbit_training` upcasts to fp32.
-    #[error(
-        "pure 16-bit weights (--precision bf16 or fp16-true) with --quantization: prepare_model_for_kbit_training upcasts every non-quantised parameter to fp32"
-    )]
-    QuantizationPureBf16,
     /// A skip module that names no linear module.
     #[error("--quant-skip-modules '{module}' names no linear module of this model")]
     UnknownSkipModule {
@@ -236,9 +231,6 @@ pub fn check(layout: &ParameterLayout, setup: &TrainSetup) -> Result<(), PeftErr
         }
         if !matches!(q.compute_dtype, DType::F32 | DType::F16 | DType::Bf16) {
             return Err(PeftError::ComputeDtype(q.compute_dtype));
-        }
-        if setup.precision.is_pure() {
-            return Err(PeftError::QuantizationPureBf16);
         }
         let strategy = setup.parallel.strategy;
         if strategy.shards_parameters() || strategy.owns_mixed_precision() {

@@ -386,8 +386,10 @@ pub struct TrainSetup {
     /// LoRA adapters on a frozen base (PEFT's `get_peft_model`); `None` trains every parameter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<Lora>,
-    /// A base quantised by bitsandbytes and prepared for training
-    /// (`prepare_model_for_kbit_training`): QLoRA. Needs [`TrainSetup::lora`].
+    /// A base quantised by bitsandbytes: QLoRA. Needs [`TrainSetup::lora`]. With mixed
+    /// precision or fp32 the other parameters are fp32, as `prepare_model_for_kbit_training`
+    /// leaves them; with pure 16-bit precision they stay 16-bit (no such call, as LitGPT's
+    /// bitsandbytes precision runs it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quantization: Option<Quantization>,
     /// What the training loop keeps of the model's output between steps.
@@ -544,7 +546,8 @@ impl QuantType {
 
 /// A `transformers.BitsAndBytesConfig` and `peft.prepare_model_for_kbit_training`, as far as
 /// memory is concerned: every `nn.Linear` but the output layer and the skipped modules is
-/// quantised, every other floating-point parameter is upcast to fp32, the base is frozen.
+/// quantised, every other floating-point parameter is upcast to fp32 (kept in 16 bits under
+/// pure 16-bit precision, where no such call is modelled), the base is frozen.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Quantization {
     /// `load_in_4bit` with `bnb_4bit_quant_type`, or `load_in_8bit`.

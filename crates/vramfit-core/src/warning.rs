@@ -37,6 +37,9 @@ pub enum Warning {
     },
     /// Pure bf16 with torch Adam keeps bf16 state.
     PureBf16AdamState,
+    /// A quantised base whose other parameters stay in 16 bits: no
+    /// `prepare_model_for_kbit_training`, which would upcast them to fp32.
+    SixteenBitQuantizedBase,
     /// A multi-GPU strategy on one GPU: there is no other rank to share with.
     StrategyOnOneGpu {
         /// The strategy.
@@ -89,6 +92,9 @@ impl fmt::Display for Warning {
             ),
             Warning::PureBf16AdamState => f.write_str(
                 "pure bf16 with torch Adam keeps bf16 optimizer states (no fp32 master copy)",
+            ),
+            Warning::SixteenBitQuantizedBase => f.write_str(
+                "a 16-bit base with quantisation is modelled without prepare_model_for_kbit_training, which would upcast the other parameters to fp32 (a mixed-precision run)",
             ),
             Warning::StrategyOnOneGpu { strategy } => write!(
                 f,
@@ -152,6 +158,9 @@ pub(crate) fn warnings(spec: &ModelSpec, setup: &TrainSetup) -> Vec<Warning> {
     }
     if setup.optimizer.paged() {
         w.push(Warning::PagedStateOutsideAllocator { optimizer: setup.optimizer });
+    }
+    if setup.quantization.is_some() && setup.precision.is_pure() {
+        w.push(Warning::SixteenBitQuantizedBase);
     }
     if setup.precision == Precision::Bf16
         && matches!(setup.optimizer, Optimizer::Adam | Optimizer::Adamw)

@@ -413,12 +413,6 @@ fn needs(row: &Row, spec: Option<&ModelSpec>) -> BTreeSet<String> {
             "{id}: quantization {{kind: nf4|fp4|int8, double_quant (4-bit only), compute_dtype: \
              bf16|f16|f32}}"
         );
-        // vramfit models the base as `prepare_model_for_kbit_training` leaves it (the other
-        // parameters upcast to fp32); a base kept in 16 bits (LitGPT's BitsandbytesPrecision,
-        // or a script without that call) is not expressed yet.
-        if matches!(s.precision.as_deref(), Some("bf16" | "fp16-true")) {
-            need("quantization:16-bit-base".into());
-        }
     }
     if spec.is_none() && row.model.params.is_none() {
         let declared: Vec<&String> = row

@@ -196,9 +196,6 @@ impl Hint for PeftError {
             }
             PeftError::DoubleQuantInt8 => "use --quantization nf4, or drop --double-quant".into(),
             PeftError::ComputeDtype(_) => "use --compute-dtype bf16, fp16 or fp32".into(),
-            PeftError::QuantizationPureBf16 => {
-                "use --precision bf16-mixed (the HF Trainer's bf16=True) or fp32".into()
-            }
             PeftError::UnknownSkipModule { available, .. } => format!("use some of: {available}"),
             PeftError::DoraQuantized => "drop --use-dora, or estimate DoRA on the unquantised base".into(),
             PeftError::QuantizationSharded(_) => {
@@ -256,6 +253,9 @@ pub fn warning(w: &Warning) -> String {
         ),
         Warning::ZeroOnOneGpu => {
             "ZeRO on one GPU saves nothing without offload (it adds fp32 master weights and buckets): add --offload optimizer, or pass --gpus N".into()
+        }
+        Warning::SixteenBitQuantizedBase => {
+            "a 16-bit base with --quantization is modelled without prepare_model_for_kbit_training (as LitGPT's bitsandbytes precision runs it); a script that calls it upcasts the other parameters to fp32: estimate that with --precision bf16-mixed".into()
         }
         Warning::HsdpOnOneNode => {
             "--strategy hsdp on one node shards like fsdp: pass --nodes M to replicate across nodes".into()

@@ -541,15 +541,14 @@ fn is_torch_native(o: Optimizer) -> bool {
 /// (with fp32, PyTorch falls back to another kernel, so the plan would not be what it says);
 /// the strategy must run with the precision and offload chosen (DeepSpeed takes no pure bf16;
 /// see [`crate::parallel`]); an 8-bit or paged optimizer is not DeepSpeed's CPU Adam; and a
-/// quantised base runs as the estimate takes it ([`crate::peft::check`]): not under pure bf16
-/// (`prepare_model_for_kbit_training` upcasts to fp32) nor under a strategy that shards the
-/// parameters or casts the model itself (ZeRO-3 and FSDP do not shard 4-bit weights).
+/// quantised base runs as the estimate takes it ([`crate::peft::check`]): not under a
+/// strategy that shards the parameters or casts the model itself (ZeRO-3 and FSDP do not
+/// shard 4-bit weights). Under pure bf16 its other parameters stay bf16 (no
+/// `prepare_model_for_kbit_training`, and the emitted code does not call it).
 pub fn compatible(c: &Config) -> bool {
     let s = &c.setup;
     let quantized_runs = s.quantization.is_none()
-        || !(s.precision == Precision::Bf16
-            || s.parallel.strategy.shards_parameters()
-            || s.parallel.strategy.owns_mixed_precision());
+        || !(s.parallel.strategy.shards_parameters() || s.parallel.strategy.owns_mixed_precision());
     quantized_runs
         && !(s.attention == Attention::Flash && s.precision == Precision::Fp32)
         && crate::parallel::check(s).is_ok()
@@ -641,7 +640,7 @@ impl fmt::Display for MathNote {
                 "LoRA trains low-rank adapters on a frozen base: a different training method, with its own learning rate"
             }
             MathNote::QloraQuantizedBase => {
-                "QLoRA: the frozen base is stored as 4-bit NF4 (bitsandbytes, CUDA) and dequantised in every matmul, so the forward is an approximation of the 16-bit model's; prepare_model_for_kbit_training upcasts the other parameters to fp32"
+                "QLoRA: the frozen base is stored as 4-bit NF4 (bitsandbytes, CUDA) and dequantised in every matmul, so the forward is an approximation of the 16-bit model's; with mixed precision prepare_model_for_kbit_training upcasts the other parameters to fp32, under pure bf16 they stay bf16 (no such call)"
             }
             MathNote::ChunkedLossSameLoss => {
                 "chunked cross-entropy (Liger Kernel's fused linear cross-entropy, pip install liger-kernel): the same loss and gradients up to summation order"

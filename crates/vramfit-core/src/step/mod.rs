@@ -624,7 +624,7 @@ mod tests {
                 modules_to_save: Vec::new(),
                 use_dora: peft >= 3,
             });
-            let quantization = (peft == 2 && !precision.is_pure()).then(|| crate::setup::Quantization {
+            let quantization = (peft == 2).then(|| crate::setup::Quantization {
                 kind,
                 double_quant: kind.four_bit(),
                 compute_dtype: precision.compute_dtype(),

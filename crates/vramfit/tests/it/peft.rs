@@ -144,7 +144,6 @@ fn bad_quantization_input_is_one_error_line_a_hint_and_exit_2() {
         ("double quant with int8", with(&["--quantization", "int8", "--double-quant"])),
         ("double quant alone", with(&["--double-quant"])),
         ("compute dtype not a float", with(&["--quantization", "nf4", "--compute-dtype", "int8"])),
-        ("pure bf16", with(&["--quantization", "nf4", "--precision", "bf16"])),
         ("unknown skip module", with(&["--quantization", "nf4", "--quant-skip-modules", "fc9"])),
         ("bf16 compute on a T4", with(&["--quantization", "nf4", "--gpu", "t4"])),
         ("zero3", with(&["--quantization", "nf4", "--gpus", "2", "--strategy", "zero3"])),
@@ -156,4 +155,37 @@ fn bad_quantization_input_is_one_error_line_a_hint_and_exit_2() {
         transcript.push_str(&format!("# {what}\n{stderr}"));
     }
     insta::assert_snapshot!(transcript);
+}
+
+/// QLoRA on a 16-bit base (`--precision bf16`): no `prepare_model_for_kbit_training`, so the
+/// parameters that stay unquantised keep 2 bytes each instead of prepare's fp32 upcast, and a
+/// warning says which run this is.
+#[test]
+fn qlora_on_a_16_bit_base_keeps_the_other_parameters_in_16_bits() {
+    let qlora = ["--model", "llama-3.2-1b", "--lora-rank", "8", "--quantization", "nf4"];
+    let pure = json(&[&qlora[..], &["--precision", "bf16"]].concat());
+    let mixed = json(&[&qlora[..], &["--precision", "bf16-mixed"]].concat());
+    let params = |r: &Value| r["components"]["parameters"].as_u64().unwrap();
+    // Llama 3.2 1B's unquantised parameters: the 128,256 x 2,048 tied embedding and the norms,
+    // 2 bytes each under bf16 instead of 4: at least 500 MiB less.
+    assert!(
+        params(&pure) + (500 << 20) < params(&mixed),
+        "{} vs {}",
+        params(&pure),
+        params(&mixed)
+    );
+    let warnings = pure["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("without prepare_model_for_kbit_training")),
+        "{warnings:?}"
+    );
+    assert!(
+        !mixed["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("without prepare_model_for_kbit_training"))
+    );
 }

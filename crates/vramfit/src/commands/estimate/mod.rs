@@ -331,7 +331,11 @@ pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Resul
             "pass --compute-dtype fp16 (and --precision fp16-mixed)",
         ));
     }
-    if setup.quantization.is_some() && setup.checkpointing == vramfit_core::Checkpointing::None {
+    // Under pure 16-bit precision no prepare_model_for_kbit_training is modelled.
+    if setup.quantization.is_some()
+        && !setup.precision.is_pure()
+        && setup.checkpointing == vramfit_core::Checkpointing::None
+    {
         warnings.push(
             "prepare_model_for_kbit_training turns gradient checkpointing on unless told not to (use_gradient_checkpointing=False); this estimate has it off: pass --checkpointing full for the default".to_string(),
         );

@@ -17,8 +17,13 @@ pub(super) fn emit(cx: &Emit<'_>) -> String {
     ));
     out.push_str("# the model and optimizer as `vramfit plan --emit pytorch` writes them.\n");
     if let Some(config) = cx.bnb_config() {
+        let then = if cx.kbit_prepare() {
+            ", then prepare_model_for_kbit_training"
+        } else {
+            " (a 16-bit base: no prepare_model_for_kbit_training)"
+        };
         out.push_str(&format!(
-            "# QLoRA: from_pretrained(..., quantization_config={config}), then prepare_model_for_kbit_training (bitsandbytes, CUDA).\n"
+            "# QLoRA: from_pretrained(..., quantization_config={config}){then} (bitsandbytes, CUDA).\n"
         ));
     }
     if let Some(conf) = cx.alloc_conf() {

@@ -56,10 +56,14 @@ pub(super) fn emit(cx: &Emit<'_>) -> Emitted {
     }
     if s.quantization.is_some() {
         // The planner never pairs QLoRA with ZeRO-3, which does not shard 4-bit weights.
-        elsewhere.push(
-            "the 4-bit base (BitsAndBytesConfig at from_pretrained, then prepare_model_for_kbit_training; ZeRO-3 does not shard 4-bit weights, so this plan does not use it)"
-                .into(),
-        );
+        let then = if cx.kbit_prepare() {
+            "then prepare_model_for_kbit_training"
+        } else {
+            "a 16-bit base without prepare_model_for_kbit_training"
+        };
+        elsewhere.push(format!(
+            "the 4-bit base (BitsAndBytesConfig at from_pretrained, {then}; ZeRO-3 does not shard 4-bit weights, so this plan does not use it)"
+        ));
     }
     if s.loss == LossKernel::Chunked {
         elsewhere.push("the chunked loss (liger-kernel) on the model".into());

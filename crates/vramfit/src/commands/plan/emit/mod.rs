@@ -236,6 +236,12 @@ impl<'a> Emit<'a> {
         )
     }
 
+    /// Whether the quantised base goes through `prepare_model_for_kbit_training`: with mixed
+    /// precision or fp32; a pure 16-bit base is estimated without it.
+    pub(super) fn kbit_prepare(&self) -> bool {
+        self.setup.quantization.is_some() && !self.setup.precision.is_pure()
+    }
+
     /// QLoRA's `BitsAndBytesConfig(...)` (needs `import torch` and
     /// `from transformers import BitsAndBytesConfig`), when the plan quantises the base.
     pub(super) fn bnb_config(&self) -> Option<String> {
@@ -267,11 +273,17 @@ impl<'a> Emit<'a> {
         }
         if self.setup.quantization.is_some() {
             imports.push("from transformers import BitsAndBytesConfig".to_string());
-            imports.push("from peft import prepare_model_for_kbit_training".to_string());
-            // Its own checkpointing is off: the plan's is set above (or by the Trainer).
-            lines.push(format!(
-                "{model} = prepare_model_for_kbit_training({model}, use_gradient_checkpointing=False)  # QLoRA: bitsandbytes 4-bit base (CUDA); the other parameters upcast to fp32"
-            ));
+            if self.kbit_prepare() {
+                imports.push("from peft import prepare_model_for_kbit_training".to_string());
+                // Its own checkpointing is off: the plan's is set above (or by the Trainer).
+                lines.push(format!(
+                    "{model} = prepare_model_for_kbit_training({model}, use_gradient_checkpointing=False)  # QLoRA: bitsandbytes 4-bit base (CUDA); the other parameters upcast to fp32"
+                ));
+            } else {
+                lines.push(
+                    "# QLoRA on a 16-bit base: no prepare_model_for_kbit_training, which would upcast the other parameters to fp32".to_string(),
+                );
+            }
         }
         if let Some(lora) = &self.setup.lora {
             imports.push("from peft import LoraConfig, get_peft_model".to_string());
