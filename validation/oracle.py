@@ -41,9 +41,14 @@ PRECISIONS = ("fp32", "fp16-mixed", "bf16-mixed", "bf16", "fp16-true")
 # "none": no optimizer, forward and backward only (a benchmark's loop:
 # `model.zero_grad(); model(**batch).logits.sum().backward()`); the gradients are dropped by
 # `model.zero_grad()` where an optimizer's `zero_grad` would run.
-# "paged-adamw": bitsandbytes' PagedAdamW (32-bit state); on the CPU bitsandbytes has no
-# managed memory, so its state buffers are ordinary tensors the tracker counts.
-OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum", "adafactor", "paged-adamw", "none")
+# "paged-adamw": bitsandbytes' PagedAdamW (32-bit state); "adamw-8bit" / "paged-adamw-8bit":
+# its AdamW8bit / PagedAdamW8bit (uint8 state, fp32 absmax per block of 256). On the CPU
+# bitsandbytes has no managed memory, so paged state buffers are ordinary tensors the
+# tracker counts.
+OPTIMIZERS = (
+    "adam", "adamw", "sgd", "sgd-momentum", "adafactor", "paged-adamw", "adamw-8bit",
+    "paged-adamw-8bit", "none",
+)
 ATTENTIONS = ("eager", "sdpa")
 CHECKPOINTING = ("none", "full")
 # The training loop's convention: "trainer" keeps only the loss (HF Trainer, Lightning, TRL,
@@ -491,6 +496,21 @@ def build_optimizer(torch, name: str, params, foreach: bool):
         import bitsandbytes as bnb
 
         return bnb.optim.PagedAdamW(params, lr=1e-4, weight_decay=0.01)
+    if name in ("adamw-8bit", "paged-adamw-8bit"):
+        import bitsandbytes as bnb
+        from torch._guards import detect_fake_mode
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        cls = bnb.optim.AdamW8bit if name == "adamw-8bit" else bnb.optim.PagedAdamW8bit
+        params = list(params)
+        # The constructor builds its two 256-entry quantisation maps with `.tolist()`, which
+        # fake tensors cannot answer: they are built as real tensors, then made fake like the
+        # parameters (2 KiB, shared by every parameter's state).
+        with unset_fake_temporarily():
+            opt = cls(params, lr=1e-4, weight_decay=0.01)
+        mode = detect_fake_mode(params)
+        opt.name2qmap = {k: mode.from_tensor(v) for k, v in opt.name2qmap.items()}
+        return opt
     raise ValueError(name)
 
 
