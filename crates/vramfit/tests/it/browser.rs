@@ -238,6 +238,27 @@ const SAME_CHART: &str = r"const drawn = document.querySelector('#timeline svg')
   const api = new DOMParser().parseFromString(arguments[0], 'image/svg+xml').documentElement;
   return drawn !== null && drawn.isEqualNode(api);";
 
+/// After a model file was dropped or chosen (batch 4, 2,049 tokens): the page shows the API's
+/// estimate of that file and names it.
+#[track_caller]
+fn shows_the_file(browser: &Browser, served: &Served, base: &Value, name: &str, text: &str) {
+    let body = json!({"config": {"name": name, "text": text}, "batch": 4, "seq_len": 2049});
+    let estimate = expected(served, &with(&without_model(base), body));
+    browser.wait_for(
+        &format!(
+            "document.getElementById('peak').dataset.value === '{}'",
+            estimate["peak"].as_str().unwrap()
+        ),
+        name,
+    );
+    browser.wait_for("document.body.dataset.state === 'idle'", "the update");
+    check_shown(browser, &estimate);
+    assert_eq!(
+        browser.run("return document.getElementById('config-name').textContent;", &[]),
+        format!("config: {name}")
+    );
+}
+
 #[track_caller]
 fn check_shown(browser: &Browser, expected: &Value) {
     let shown = browser.run(&format!("return {SHOWN};"), &[]);
@@ -435,26 +456,7 @@ fn the_page_in_a_real_browser() {
             target.dispatchEvent(new DragEvent(type, {dataTransfer: data, bubbles: true, cancelable: true}));",
         &[json!("config.json"), json!(gpt2)],
     );
-    let dropped = expected(
-        &served,
-        &with(
-            &without_model(&base),
-            json!({"config": {"name": "config.json", "text": gpt2}, "batch": 4, "seq_len": 2049}),
-        ),
-    );
-    browser.wait_for(
-        &format!(
-            "document.getElementById('peak').dataset.value === '{}'",
-            dropped["peak"].as_str().unwrap()
-        ),
-        "the dropped config",
-    );
-    browser.wait_for("document.body.dataset.state === 'idle'", "the update");
-    check_shown(&browser, &dropped);
-    assert_eq!(
-        browser.run("return document.getElementById('config-name').textContent;", &[]),
-        "config: config.json"
-    );
+    shows_the_file(&browser, &served, &base, "config.json", &gpt2);
     browser.screenshot("laptop-dropped-config.png");
 
     // Choosing a file that is not a config: the CLI's error line, on the page.
@@ -481,26 +483,7 @@ fn the_page_in_a_real_browser() {
     let toml = dir.path().join("stapel.toml");
     std::fs::write(&toml, &stapel).unwrap();
     browser.type_into("#config-file", toml.to_str().unwrap());
-    let from_toml = expected(
-        &served,
-        &with(
-            &without_model(&base),
-            json!({"config": {"name": "stapel.toml", "text": stapel}, "batch": 4, "seq_len": 2049}),
-        ),
-    );
-    browser.wait_for(
-        &format!(
-            "document.getElementById('peak').dataset.value === '{}'",
-            from_toml["peak"].as_str().unwrap()
-        ),
-        "the chosen model TOML",
-    );
-    browser.wait_for("document.body.dataset.state === 'idle'", "the update");
-    check_shown(&browser, &from_toml);
-    assert_eq!(
-        browser.run("return document.getElementById('config-name').textContent;", &[]),
-        "config: stapel.toml"
-    );
+    shows_the_file(&browser, &served, &base, "stapel.toml", &stapel);
     browser.click("#config-clear");
 
     // Pasting an OOM message: the doctor's diagnoses, as the API gives them.

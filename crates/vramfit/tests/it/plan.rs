@@ -147,42 +147,17 @@ fn every_emitted_format_is_valid_and_as_expected() {
         "loss",
     ];
     // Llama-3.1-8B on a 16 GB card: only its 4-bit base fits (QLoRA).
-    let qlora: &[&str] = &[
-        "--model",
-        "llama-3.1-8b",
-        "--gpu",
-        "rtx-4080",
-        "-b",
-        "1",
-        "-s",
-        "512",
-        "--precision",
-        "bf16-mixed",
-        "--allow",
-        "lora",
-    ];
+    let on_a_4080 = ["--model", "llama-3.1-8b", "--gpu", "rtx-4080", "-b", "1", "-s", "512"];
+    let qlora = &[&on_a_4080[..], &["--precision", "bf16-mixed", "--allow", "lora"]].concat();
     // The user's own QLoRA on a 16-bit base (no prepare_model_for_kbit_training).
-    let qlora16: &[&str] = &[
-        "--model",
-        "llama-3.1-8b",
-        "--gpu",
-        "rtx-4080",
-        "-b",
-        "1",
-        "-s",
-        "512",
-        "--precision",
-        "bf16",
-        "--quantization",
-        "nf4",
-        "--double-quant",
-        "--lora-rank",
-        "16",
-        "--lora-targets",
-        "all-linear",
-        "--keep",
-        "precision",
-    ];
+    let own = ["--quantization", "nf4", "--double-quant", "--lora-rank", "16"];
+    let qlora16 = &[
+        &on_a_4080[..],
+        &["--precision", "bf16"],
+        &own,
+        &["--lora-targets", "all-linear", "--keep", "precision"],
+    ]
+    .concat();
     for (name, args) in [
         ("forum", FORUM),
         ("llama", llama),
