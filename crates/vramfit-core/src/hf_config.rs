@@ -91,6 +91,8 @@ pub struct RawConfig {
     pub decoder_bias: Option<bool>,
     /// `classifier_bias` (ModernBERT: the prediction head's dense bias).
     pub classifier_bias: Option<bool>,
+    /// `classifier_pooling` (ModernBERT's sequence classifier: `"cls"` or `"mean"`).
+    pub classifier_pooling: Option<String>,
     /// `global_attn_every_n_layers` (ModernBERT: layers `0, n, 2n, ...` attend globally, the
     /// others within a sliding window).
     pub global_attn_every_n_layers: Option<u64>,
@@ -219,6 +221,7 @@ impl RawConfig {
             norm_bias: boolean(map, &["norm_bias"])?,
             decoder_bias: boolean(map, &["decoder_bias"])?,
             classifier_bias: boolean(map, &["classifier_bias"])?,
+            classifier_pooling: string(map, &["classifier_pooling"])?,
             global_attn_every_n_layers: uint(map, &["global_attn_every_n_layers"])?,
         })
     }

@@ -191,6 +191,16 @@ fn bias(slot: Slot, name: &'static str, len: u64) -> ParameterDecl {
 }
 
 /// A norm's weight and (LayerNorm) bias.
+/// The masked-LM head's transform (BERT's `cls.predictions.transform`, ModernBERT's
+/// `ModernBertPredictionHead`, which its classifiers run too): dense, optional bias, norm.
+fn prediction_head(out: &mut Vec<ParameterDecl>, spec: &ModelSpec, h: u64) {
+    out.push(matrix(Slot::Mlm, "transform.dense.weight", h, h));
+    if spec.mlm_dense_bias {
+        out.push(bias(Slot::Mlm, "transform.dense.bias", h));
+    }
+    norm(out, spec, Slot::Mlm, "transform.LayerNorm.weight", h);
+}
+
 fn norm(out: &mut Vec<ParameterDecl>, spec: &ModelSpec, slot: Slot, name: &'static str, len: u64) {
     let vector = |name| ParameterDecl {
         slot,
@@ -345,11 +355,7 @@ impl ModelSpec {
                 }
             }
             (Head::MaskedLm, _) => {
-                after.push(matrix(Slot::Mlm, "transform.dense.weight", h, h));
-                if self.mlm_dense_bias {
-                    after.push(bias(Slot::Mlm, "transform.dense.bias", h));
-                }
-                norm(&mut after, self, Slot::Mlm, "transform.LayerNorm.weight", h);
+                prediction_head(&mut after, self, h);
                 if !self.tied_embeddings {
                     after.push(matrix(Slot::Head, "lm_head.weight", v, h));
                 }
@@ -369,6 +375,10 @@ impl ModelSpec {
                         ("classifier.out_proj.weight", "classifier.out_proj.bias"),
                     ),
                     Pooling::LastToken => (None, ("score.weight", "score.bias")),
+                    Pooling::FirstTokenHead | Pooling::MeanHead => {
+                        prediction_head(&mut after, self, h);
+                        (None, ("classifier.weight", "classifier.bias"))
+                    }
                 };
                 if let Some((dense_weight, dense_bias)) = dense {
                     after.push(matrix(Slot::Pooler, dense_weight, h, h));
@@ -380,6 +390,9 @@ impl ModelSpec {
                 }
             }
             (Head::TokenClassification, Some(c)) => {
+                if self.classifier_prediction_head {
+                    prediction_head(&mut after, self, h);
+                }
                 after.push(matrix(Slot::Head, "classifier.weight", c.labels, h));
                 if c.bias {
                     after.push(bias(Slot::HeadBias, "classifier.bias", c.labels));
@@ -583,6 +596,10 @@ mod tests {
             ("llama-3.2-1b", Task::TokenCls, 2, 1_235_818_498),
             ("gpt2", Task::TokenCls, 2, 124_441_346),
             ("gemma-2-2b", Task::SeqCls, 3, 2_614_348_800),
+            // ModernBERT's classifiers keep the prediction head (transformers, meta device).
+            ("modernbert-base", Task::SeqCls, 2, 149_606_402),
+            ("modernbert-base", Task::SeqCls, 3, 149_607_171),
+            ("modernbert-base", Task::TokenCls, 9, 149_611_785),
         ] {
             let s = spec(name, &[]).for_task(task, labels).expect("task");
             assert_eq!(s.parameter_count(), expected, "{name} {task}");
@@ -601,9 +618,6 @@ mod tests {
             }
             if s.tasks().contains(&Task::SeqCls) {
                 assert!(matches!(s.for_task(Task::SeqCls, 0), Err(TaskError::Labels { .. })));
-            } else {
-                // ModernBERT's classification heads are not modelled yet: refused as such.
-                assert!(matches!(s.for_task(Task::SeqCls, 2), Err(TaskError::NotModelled { .. })));
             }
         }
         assert!("seq2seq".parse::<Task>().is_err());

@@ -193,6 +193,13 @@ pub enum Pooling {
     /// Decoders (`GenericForSequenceClassification`, GPT-2, GPT-NeoX): `score` (no bias) at
     /// every token, then the logits of the last token that is not padding.
     LastToken,
+    /// ModernBERT with `classifier_pooling: "cls"`: the first token, the prediction head
+    /// (dense, activation, LayerNorm), dropout, the classifier with a bias.
+    FirstTokenHead,
+    /// ModernBERT with `classifier_pooling: "mean"`: the mean over the sequence
+    /// (`(h * mask).sum(1) / mask.sum(1)`, the mask all ones without padding), then as
+    /// [`Pooling::FirstTokenHead`].
+    MeanHead,
 }
 
 /// What the model is trained for: the `AutoModelFor*` class around the base model.
@@ -441,6 +448,14 @@ pub struct ModelSpec {
     /// put on the model by [`ModelSpec::for_task`]).
     #[serde(skip)]
     pub(crate) classifier_dropout_config: Option<f64>,
+    /// `classifier_pooling: "mean"` (ModernBERT's sequence classifier averages the sequence
+    /// instead of taking its first token).
+    #[serde(skip)]
+    pub(crate) classifier_mean_pooling: bool,
+    /// The classifiers run the prediction head (the masked-LM head's dense, activation and
+    /// norm) before their output layer (ModernBERT).
+    #[serde(skip)]
+    pub classifier_prediction_head: bool,
     /// The loss casts the logits to fp32 first (`ForCausalLMLoss`'s `logits.float()`); else
     /// `CrossEntropyLoss` takes them as they are (autocast still runs it in fp32).
     pub loss_upcasts_logits: bool,
@@ -947,6 +962,17 @@ impl ModelSpec {
             },
             classifier: None,
             classifier_dropout_config: raw.classifier_dropout,
+            classifier_mean_pooling: match raw.classifier_pooling.as_deref() {
+                None | Some("cls") => false,
+                Some("mean") => true,
+                Some(_) => {
+                    return Err(ConfigError::WrongType {
+                        field: "classifier_pooling",
+                        expected: "\"cls\" or \"mean\"",
+                    });
+                }
+            },
+            classifier_prediction_head: t.tasks.prediction_head,
             loss_upcasts_logits: t.loss_upcasts_logits,
             eager_softmax_fp32: t.eager_softmax_fp32,
             eager_masks,
@@ -1045,12 +1071,19 @@ impl ModelSpec {
         };
         let (head, classifier, upcasts) = match task {
             Task::SeqCls => {
-                let pooling = rules.seq_cls;
+                let pooling = match rules.seq_cls {
+                    Pooling::FirstTokenHead if self.classifier_mean_pooling => Pooling::MeanHead,
+                    other => other,
+                };
                 let (p, bias) = match pooling {
                     Pooling::Pooler | Pooling::ClassificationHead => {
                         (dropout(ClassifierDropoutRule::ConfigOrHidden), true)
                     }
                     Pooling::LastToken => (0.0, false),
+                    // `classifier_dropout`, 0.0 by default.
+                    Pooling::FirstTokenHead | Pooling::MeanHead => {
+                        (dropout(ClassifierDropoutRule::ConfigOr(0.0)), true)
+                    }
                 };
                 (Head::SequenceClassification(pooling), (p, bias), false)
             }

@@ -131,9 +131,12 @@ pub(super) struct TaskRules {
     /// Its loss casts the logits to fp32 (`ForTokenClassification`'s `logits.float()`), rather
     /// than `CrossEntropyLoss` on them as they are (BERT, RoBERTa, GPT-2).
     pub(super) token_cls_upcasts: bool,
-    /// vramfit models its sequence- and token-classification heads (ModernBERT's, a prediction
-    /// head and pooling of their own, are not modelled yet).
+    /// vramfit models its sequence- and token-classification heads.
     pub(super) classifiers: bool,
+    /// The classifiers run the masked-LM head's transform first (ModernBERT's
+    /// `ModernBertPredictionHead`: dense, activation, LayerNorm), on the pooled row or on every
+    /// token.
+    pub(super) prediction_head: bool,
 }
 
 /// Decoders whose heads are `transformers`' generic classes.
@@ -146,6 +149,7 @@ const DECODER_TASKS: TaskRules = TaskRules {
     token_cls_dropout: ClassifierDropoutRule::ConfigOr(0.1),
     token_cls_upcasts: true,
     classifiers: true,
+    prediction_head: false,
 };
 
 /// Sliding-window (local) layers beside global ones, as Gemma 3 builds them.
@@ -339,6 +343,7 @@ const ENCODER: Traits = Traits {
         token_cls_dropout: ClassifierDropoutRule::ConfigOrHidden,
         token_cls_upcasts: false,
         classifiers: true,
+        prediction_head: false,
     },
     norm_bias: BiasRule::Always(true),
     first_layer_input_norm: true,
@@ -518,7 +523,12 @@ pub(super) fn traits(arch: Architecture) -> Traits {
             embedding_dropout: EmbeddingDropoutRule::Own,
             token_types: false,
             cache: CacheRule::Never,
-            tasks: TaskRules { classifiers: false, ..ENCODER.tasks },
+            tasks: TaskRules {
+                seq_cls: Pooling::FirstTokenHead,
+                token_cls_dropout: ClassifierDropoutRule::ConfigOr(0.0),
+                prediction_head: true,
+                ..ENCODER.tasks
+            },
             norm_bias: BiasRule::Config(false),
             first_layer_input_norm: false,
             mlm_dense_bias: BiasRule::Config(false),

@@ -27,11 +27,20 @@ pub(super) fn head_and_loss(
             return Ok((loss, Some(logits)));
         }
         (Head::TokenClassification, Some(c)) => {
-            // `dropout(last_hidden_state)`, the classifier at every token, cross-entropy.
-            let x = dropout(g, cx, h, c.dropout)?;
+            // [the prediction head,] `dropout(last_hidden_state)`, the classifier at every
+            // token, cross-entropy.
+            let y = if s.classifier_prediction_head {
+                prediction_head(g, cx, m, h, cx.tokens)?
+            } else {
+                h
+            };
+            let x = dropout(g, cx, y, c.dropout)?;
             let logits = linear(g, cx, x, c.labels, m.head, m.head_bias)?;
-            if x.id != h.id {
+            if x.id != y.id {
                 g.drop(x.id);
+            }
+            if y.id != h.id {
+                g.drop(y.id);
             }
             let loss = loss_of(g, cx, logits, s.loss_upcasts_logits)?;
             return Ok((loss, Some(logits)));
@@ -46,18 +55,7 @@ pub(super) fn head_and_loss(
     let mut x = h;
     let mut owned = false;
     if s.head == Head::MaskedLm {
-        // transform: dense + gelu + LayerNorm
-        // (ModernBERT's dense has no bias.)
-        let (dense_bias, norm_params) = if s.mlm_dense_bias {
-            (m.mlm.get(1).copied(), m.mlm.get(2..).unwrap_or_default())
-        } else {
-            (None, m.mlm.get(1..).unwrap_or_default())
-        };
-        let d = linear(g, cx, x, s.hidden_size, m.mlm[0], dense_bias)?;
-        let a = consume(g, d, |g, d| unary(g, d, d.dtype, Saves::Input))?;
-        let ln = norm(g, cx, a, norm_params, n)?;
-        g.drop(a.id);
-        x = ln;
+        x = prediction_head(g, cx, m, x, n)?;
         owned = true;
     }
     if let Some(chunks) = cx.setup.loss.output_chunks(cx.setup.seq_len) {
@@ -88,6 +86,30 @@ pub(super) fn head_and_loss(
     };
     let loss = loss_of(g, cx, logits, s.loss_upcasts_logits)?;
     Ok((loss, Some(logits)))
+}
+
+/// The masked-LM head's transform over `rows` rows of `x` (a new tensor): dense, the
+/// activation (saving its input), LayerNorm. BERT's `cls.predictions.transform`, and
+/// ModernBERT's `ModernBertPredictionHead`, which its classifiers run too. (ModernBERT's
+/// dense has no bias.)
+fn prediction_head(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    m: &Model,
+    x: Tensor,
+    rows: u64,
+) -> Result<Tensor> {
+    let s = cx.spec;
+    let (dense_bias, norm_params) = if s.mlm_dense_bias {
+        (m.mlm.get(1).copied(), m.mlm.get(2..).unwrap_or_default())
+    } else {
+        (None, m.mlm.get(1..).unwrap_or_default())
+    };
+    let d = linear_rows(g, cx, x, rows, s.hidden_size, m.mlm[0], dense_bias)?;
+    let a = consume(g, d, |g, d| unary(g, d, d.dtype, Saves::Input))?;
+    let ln = norm(g, cx, a, norm_params, rows)?;
+    g.drop(a.id);
+    Ok(ln)
 }
 
 /// The loss over the whole logits: `logits.sum()` for `--loss logits-sum`, else cross-entropy.
@@ -168,6 +190,18 @@ fn sequence_classification(
             let x = consume(g, x, |g, x| dropout(g, cx, x, c.dropout))?;
             consume(g, x, |g, x| linear_rows(g, cx, x, batch, c.labels, m.head, m.head_bias))?
         }
+        Pooling::FirstTokenHead | Pooling::MeanHead => {
+            // ModernBertForSequenceClassification: the pooled rows, the prediction head,
+            // dropout, the classifier.
+            let pooled = if pooling == Pooling::FirstTokenHead {
+                first_token(g, h, row, saves_view(g, m.mlm[0]))?
+            } else {
+                mean_over_sequence(g, cx, h, row)?
+            };
+            let x = consume(g, pooled, |g, p| prediction_head(g, cx, m, p, batch))?;
+            let x = consume(g, x, |g, x| dropout(g, cx, x, c.dropout))?;
+            consume(g, x, |g, x| linear_rows(g, cx, x, batch, c.labels, m.head, m.head_bias))?
+        }
         Pooling::LastToken => {
             // `score` at every token, then `logits[arange(batch), last_non_pad_token]`.
             let all = linear(g, cx, h, c.labels, m.head, m.head_bias)?;
@@ -193,6 +227,31 @@ fn sequence_classification(
     };
     let loss = loss_of(g, cx, logits, cx.spec.loss_upcasts_logits)?;
     Ok((loss, logits))
+}
+
+/// ModernBERT's mean pooling without an attention mask: `torch.ones(batch, seq, bool)`,
+/// `(h * mask.unsqueeze(-1))` (a new tensor in `h`'s dtype; the product saves the mask),
+/// `.sum(dim=1)` (nothing saved), divided by `mask.sum(dim=1, keepdim=True)` (int64; the
+/// division saves it). Backward: the division's and the product's gradients, the latter of
+/// the whole hidden state's size.
+fn mean_over_sequence(g: &mut Graph, cx: &Context<'_>, h: Tensor, row: u64) -> Result<Tensor> {
+    let batch = cx.setup.micro_batch;
+    let mask = g.alloc(cx.tokens)?;
+    let product = new(g, h.dtype, h.numel)?;
+    g.record(&[product.id], &[mask], &[Grad::New(h.id, h.bytes())]);
+    let sum = consume(g, product, |g, p| {
+        let sum = new(g, p.dtype, row)?;
+        // SumBackward expands the gradient: a view, nothing allocated.
+        g.record(&[sum.id], &[], &[Grad::Pass(p.id)]);
+        Ok(sum)
+    })?;
+    let count = g.alloc(mul(batch, 8)?)?;
+    let mean = new(g, h.dtype, row)?;
+    g.record(&[mean.id], &[count], &[Grad::New(sum.id, sum.bytes())]);
+    g.drop(sum.id);
+    g.drop(count);
+    g.drop(mask);
+    Ok(mean)
 }
 
 /// `hidden[:, 0]`: a view with no storage of its own, whose backward (`select_backward`)
