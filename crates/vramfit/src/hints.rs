@@ -204,6 +204,16 @@ impl Hint for PeftError {
             PeftError::QuantizationSharded(_) => {
                 "use one GPU or --strategy ddp with --quantization".into()
             }
+            PeftError::NoDefaultTargets => {
+                "name them: --lora-targets all-linear, or q_proj,v_proj for attention only".into()
+            }
+            PeftError::FusedHalf { given, missing } => {
+                format!("add {missing} to --lora-targets, or drop {given}")
+            }
+            PeftError::ParamWrapper { feature, .. } => {
+                let change = if *feature == "DoRA" { "drop --use-dora" } else { "use --lora-dropout 0" };
+                format!("{change}, or adapt attention only (--lora-targets q_proj,k_proj,v_proj,o_proj)")
+            }
         }
     }
 }

@@ -8,6 +8,7 @@ mod embeddings;
 mod head;
 mod layer;
 mod ops;
+mod param_wrapper;
 mod parameters;
 
 use self::embeddings::{embed, layer_inputs};

@@ -63,7 +63,8 @@ pub(super) fn linear_rows(
         Some(q) => linear_8bit(g, x, rows, out_features, q)?,
         None => base_linear(g, cx, x, rows, out_features, w, bias)?,
     };
-    match cx.adapter(w) {
+    // (A `lora.ParamWrapper`'s parameter is no `nn.Linear`: `step::param_wrapper`.)
+    match cx.adapter(w).filter(|a| !a.wrapper) {
         Some(adapter) => {
             // PEFT's 4-bit LoRA layer clones the base layer's result ("defensively", per Tim
             // Dettmers) before adding the adapter's; CloneBackward hands the gradient on.
