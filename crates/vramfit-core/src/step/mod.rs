@@ -208,6 +208,9 @@ fn micro_batch(
     ranks.backward_start(g)?;
     backward(g, cx, m, ranks)?;
     ranks.backward_end(g)?;
+    // `loss` goes: the graph with it. (A custom loop's outputs would keep it through the
+    // optimizer step and the next forward; taken to go here too.)
+    g.release_graph_held();
     g.drop(loss.id);
     match cx.setup.training_loop {
         TrainingLoop::Trainer => g.drop(ids),
@@ -239,7 +242,9 @@ fn backward(g: &mut Graph, cx: &Context<'_>, m: &Model, ranks: &mut Ranks) -> Re
                     dtype: hidden_dtype(cx),
                     numel: mul(cx.tokens, cx.spec.hidden_size)?,
                 };
+                g.replaying = true;
                 let y = layer_forward(g, cx, m, x, layer)?;
+                g.replaying = false;
                 g.clear_autocast_cache();
                 g.drop(y.id);
                 if let Some(grad) = incoming {
