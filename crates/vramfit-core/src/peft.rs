@@ -920,6 +920,32 @@ mod tests {
         );
     }
 
+    /// The estimate warns of the merged experts where PEFT wraps them, with their size.
+    #[test]
+    fn lora_on_experts_warns_of_the_merged_copies() {
+        let spec =
+            ModelSpec::from_hf_config(catalog::config_json("mixtral-8x7b").unwrap()).unwrap();
+        let setup = |targets| TrainSetup {
+            micro_batch: 1,
+            seq_len: 64,
+            precision: crate::Precision::Bf16,
+            lora: lora_on(16, targets).lora,
+            ..TrainSetup::default()
+        };
+        let merged = |targets| {
+            crate::estimate(&spec, &setup(targets)).unwrap().warnings.iter().find_map(|w| match w {
+                crate::Warning::LoraMergedExperts { bytes } => Some(bytes.0),
+                _ => None,
+            })
+        };
+        let experts = 32 * 8 * (2 * 14336 * 4096 + 4096 * 14336) * 2u64;
+        assert_eq!(merged(LoraTargets::AllLinear), Some(experts));
+        assert_eq!(merged(modules(&["w2", "q_proj"])), Some(32 * 8 * 4096 * 14336 * 2));
+        // The router alone is merged too, but it is small and no expert stack.
+        assert_eq!(merged(modules(&["gate", "q_proj"])), None);
+        assert_eq!(merged(modules(&["q_proj", "v_proj"])), None);
+    }
+
     /// What PEFT refuses on converted mixtures of experts, and what it names.
     #[test]
     fn moe_targets_peft_refuses_are_errors() {

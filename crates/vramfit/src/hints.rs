@@ -264,6 +264,9 @@ pub fn warning(w: &Warning) -> String {
         Warning::ZeroOnOneGpu => {
             "ZeRO on one GPU saves nothing without offload (it adds fp32 master weights and buckets): add --offload optimizer, or pass --gpus N".into()
         }
+        Warning::LoraMergedExperts { bytes } => format!(
+            "LoRA on the experts (PEFT's lora.ParamWrapper) merges each layer's adapter into a copy of all its experts, kept until that layer's backward ({bytes} over all layers); --lora-targets q_proj,k_proj,v_proj,o_proj avoids it"
+        ),
         Warning::HsdpOnOneNode => {
             "--strategy hsdp on one node shards like fsdp: pass --nodes M to replicate across nodes".into()
         }
