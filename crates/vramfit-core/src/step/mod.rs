@@ -174,7 +174,12 @@ fn micro_batch(
     if let Some(previous) = kept.batch.take() {
         g.drop(previous);
     }
-    let (loss, outputs, hidden) = forward(g, cx, m, ranks)?;
+    let (loss, mut outputs, hidden) = forward(g, cx, m, ranks)?;
+    if cx.setup.training_loop == TrainingLoop::Custom {
+        // The output object holds the graph (through its logits), and with it what the nodes
+        // keep as attributes: they live as long as it does.
+        outputs.append(&mut g.graph_held);
+    }
     if let Some(place) = kept.outputs_place.take() {
         // The previous step's batch and outputs were this forward's sizes: make them now.
         let sizes: Vec<(u64, Component)> =
@@ -208,8 +213,7 @@ fn micro_batch(
     ranks.backward_start(g)?;
     backward(g, cx, m, ranks)?;
     ranks.backward_end(g)?;
-    // `loss` goes: the graph with it. (A custom loop's outputs would keep it through the
-    // optimizer step and the next forward; taken to go here too.)
+    // `loss` goes: the graph with it (a custom loop's outputs hold it until the next forward).
     g.release_graph_held();
     g.drop(loss.id);
     match cx.setup.training_loop {

@@ -153,7 +153,8 @@ fn linear_8bit(
         &[],
         &[Grad::Scratch(mul(q.numel, x.dtype.size())?), Grad::New(x.id, x.bytes())],
     );
-    if !g.replaying && g.requires_grad(y.id) {
+    // (q, k and v share one input: held once.)
+    if !g.replaying && g.requires_grad(y.id) && !g.graph_held.contains(&x.id) {
         g.tl.retain(x.id);
         g.graph_held.push(x.id);
     }
