@@ -705,11 +705,13 @@ def run_case(case: dict, versions: dict) -> dict:
                     # Per-module stats are per call; the global counters we
                     # read are not touched by this.
                     tracker.reset_mod_stats()
+                    mark = peft_case.graph_mark()
                     start_phase()
                     with autocast():
                         if loss_kind == "logits-sum":
                             if loop == "custom":
                                 outputs = model(input_ids=input_ids)
+                                peft_case.release_graph(upto=mark)
                                 loss = logits_sum(torch, outputs.logits)
                             else:
                                 loss = logits_sum(torch, model(input_ids=input_ids).logits)
@@ -718,12 +720,15 @@ def run_case(case: dict, versions: dict) -> dict:
                             if loop == "custom":
                                 # The chunks are the model's output, held as `outputs` is.
                                 outputs = (chunks, loss)
+                                peft_case.release_graph(upto=mark)
                             # Else the recipe's `del logits` after the loss.
                             del chunks
                         elif loop == "custom":
                             # `outputs = model(**batch)`: the previous outputs (logits, cache)
                             # live through this forward, until the assignment replaces them.
                             outputs = model(input_ids=input_ids, labels=labels)
+                            # The previous outputs, and with them their graph, are gone.
+                            peft_case.release_graph(upto=mark)
                             loss = outputs.loss
                         else:
                             # Only the loss survives the forward (HF Trainer, Lightning).
@@ -735,6 +740,8 @@ def run_case(case: dict, versions: dict) -> dict:
                     loss.backward()
                     if loop == "trainer":
                         del loss, input_ids, labels
+                        # The loss was the graph's last reference.
+                        peft_case.release_graph()
                     end_phase("backward", iteration)
                 start_phase()
                 if opt is None:

@@ -76,7 +76,34 @@ def validate(case: dict) -> None:
             raise ValueError(f"unknown compute dtype {q.get('compute_dtype')!r}")
 
 
+# `MatMul8bitLt` keeps its input in `ctx.tensors`, an attribute of the autograd node rather than
+# a saved tensor: backward does not free it, the graph's destruction does (when the training
+# loop drops the loss, or the custom loop its outputs). MemTracker's module hooks keep each
+# iteration's graph reachable after that (checked on real CPU tensors: with the tracker active,
+# the inputs outlive `del loss` and `gc.collect()`; without it they go at `del loss`), so the
+# oracle drops them itself where the real loop destroys the graph (`release_graph`).
+_LIVE_CTX: list = []
+
+
+def graph_mark() -> int:
+    """How many int8 nodes exist now (for `release_graph(upto=...)`)."""
+    return len(_LIVE_CTX)
+
+
+def release_graph(upto: int | None = None) -> None:
+    """Frees what the int8 nodes created before `upto` (all of them by default) hold, as the
+    destruction of their graph does."""
+    n = len(_LIVE_CTX) if upto is None else upto
+    for ref in _LIVE_CTX[:n]:
+        ctx = ref()
+        if ctx is not None:
+            ctx.tensors = None
+    del _LIVE_CTX[:n]
+
+
 def _classes(torch):
+    import weakref
+
     import bitsandbytes as bnb
 
     nn = torch.nn
@@ -161,8 +188,9 @@ def _classes(torch):
             ctx.layer = layer
             ctx.dtype_A = A.dtype
             ctx.grad_shape = input_shape
-            # ctx.tensors = (CAt, subA, A): the input is kept for backward.
+            # ctx.tensors = (CAt, subA, A): the input is kept for backward, until the graph goes.
             ctx.tensors = (None, None, A)
+            _LIVE_CTX.append(weakref.ref(ctx))
             return output.reshape((*input_shape[:-1], layer.out_features))
 
         @staticmethod

@@ -161,6 +161,7 @@ def trace(case: dict, phase_filter: str | None) -> dict:
                     state["micro"] = micro
                     input_ids = torch.randint(0, config.vocab_size, (batch, seq), dtype=torch.long)
                     tracker.reset_mod_stats()
+                    mark = oracle.peft_case.graph_mark()
                     state["phase"] = "forward"
                     with autocast():
                         if loss_kind != "standard":
@@ -170,6 +171,7 @@ def trace(case: dict, phase_filter: str | None) -> dict:
                             del chunks
                         elif loop == "custom":
                             outputs = model(input_ids=input_ids, labels=input_ids)
+                            oracle.peft_case.release_graph(upto=mark)
                             loss = outputs.loss
                         else:
                             loss = model(input_ids=input_ids, labels=input_ids).loss
@@ -179,6 +181,7 @@ def trace(case: dict, phase_filter: str | None) -> dict:
                     loss.backward()
                     if loop == "trainer":
                         del loss, input_ids
+                        oracle.peft_case.release_graph()
                 state["phase"] = "optimizer"
                 opt.step()
                 opt.zero_grad(set_to_none=(zero_grad == "none"))

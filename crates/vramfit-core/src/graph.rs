@@ -147,6 +147,13 @@ pub(crate) struct Graph<'o> {
     /// Storages the model's output object will hold besides the logits and the loss (the KV
     /// cache's keys and values), one reference each, gathered during the forward.
     pub(crate) outputs: Vec<Tid>,
+    /// Storages an autograd node keeps as a Python attribute rather than a saved tensor
+    /// (bitsandbytes' `ctx.tensors`): backward does not free them, nor do checkpointing's
+    /// saved-tensor hooks see them; the graph's destruction does (one reference each).
+    pub(crate) graph_held: Vec<Tid>,
+    /// A checkpointed layer's forward is being replayed (its graph dies when the replay
+    /// ends, and what its nodes hold as attributes with it).
+    pub(crate) replaying: bool,
 }
 
 impl<'o> Graph<'o> {
@@ -164,6 +171,8 @@ impl<'o> Graph<'o> {
             cast_params: Vec::new(),
             saving: true,
             outputs: Vec::new(),
+            graph_held: Vec::new(),
+            replaying: false,
         }
     }
 
@@ -580,6 +589,14 @@ impl<'o> Graph<'o> {
             self.accumulate_param(p, t, via_cast)?;
         }
         Ok(())
+    }
+
+    /// The graph is destroyed (the loss, its last reference, goes): what its nodes held as
+    /// attributes goes with it.
+    pub(crate) fn release_graph_held(&mut self) {
+        for t in std::mem::take(&mut self.graph_held) {
+            self.tl.release(t);
+        }
     }
 
     /// `zero_grad(set_to_none=True)`.

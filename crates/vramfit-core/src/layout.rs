@@ -143,6 +143,9 @@ pub struct ParameterLayout {
     pub tied: bool,
     /// Buffers, allocated after the parameters.
     pub buffers: Vec<BufferDecl>,
+    /// The experts' names as PEFT converts them for transformers 5 (`None`: no MoE, or one
+    /// PEFT leaves as it is).
+    pub peft_moe: Option<crate::peft::PeftMoe>,
 }
 
 impl ParameterLayout {
@@ -439,6 +442,11 @@ impl ModelSpec {
             after,
             tied: self.tied_embeddings,
             buffers,
+            peft_moe: self.moe.and_then(|m| {
+                let names =
+                    crate::peft::MoeTargetNames::of_model_type(self.architecture.model_type())?;
+                Some(crate::peft::PeftMoe { names, experts: m.experts })
+            }),
         }
     }
 }

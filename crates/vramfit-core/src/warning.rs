@@ -61,6 +61,13 @@ pub enum Warning {
         /// Tenths of a percent.
         tenths_of_percent: u64,
     },
+    /// LoRA on an MoE model's experts (PEFT's `lora.ParamWrapper`) merges each sparse layer's
+    /// adapter into a copy of all its experts, which the expert matmuls keep until that
+    /// layer's backward.
+    LoraMergedExperts {
+        /// The experts' bytes over all sparse layers (one merged copy of each).
+        bytes: crate::units::Bytes,
+    },
 }
 
 impl fmt::Display for Warning {
@@ -110,6 +117,10 @@ impl fmt::Display for Warning {
             Warning::HsdpOnOneNode => {
                 f.write_str("hsdp replicates across nodes; on one node it shards like fsdp")
             }
+            Warning::LoraMergedExperts { bytes } => write!(
+                f,
+                "LoRA on the experts (PEFT's lora.ParamWrapper) merges each layer's adapter into a copy of all its experts, kept until that layer's backward ({bytes} over all layers); adapting attention only avoids it"
+            ),
             Warning::ShardPadding { tenths_of_percent } => write!(
                 f,
                 "uneven shards: {}.{}% of each rank's sharded parameters is padding (dim 0 is split into equal chunks)",
@@ -182,10 +193,32 @@ pub(crate) fn warnings(spec: &ModelSpec, setup: &TrainSetup) -> Vec<Warning> {
     if p.strategy == crate::parallel::Strategy::Hsdp && p.nodes == 1 && p.ranks() > 1 {
         w.push(Warning::HsdpOnOneNode);
     }
+    if let Some(bytes) = merged_experts(spec, setup) {
+        w.push(Warning::LoraMergedExperts { bytes });
+    }
     if let Ok(Some(tenths)) = crate::parallel::fsdp_padding(spec, &spec.parameter_layout(), setup)
         && tenths >= 50
     {
         w.push(Warning::ShardPadding { tenths_of_percent: tenths });
     }
     w
+}
+
+/// The bytes of the expert tensors LoRA wraps in `lora.ParamWrapper` (each merged in full
+/// once per forward), if any.
+fn merged_experts(spec: &ModelSpec, setup: &TrainSetup) -> Option<crate::units::Bytes> {
+    let lora = setup.lora.as_ref()?;
+    let layout = spec.parameter_layout();
+    layout.peft_moe?;
+    let elements = layout
+        .iter()
+        .filter(|(_, d)| {
+            matches!(
+                crate::peft::adapter(lora, &layout, d),
+                Some(crate::peft::AdapterShape::Parameter { experts: 2.., .. })
+            )
+        })
+        .try_fold(0u64, |a, (_, d)| a.checked_add(d.shape.numel()?))?;
+    let bytes = elements.checked_mul(setup.precision.param_dtype().size())?;
+    (bytes > 0).then_some(crate::units::Bytes(bytes))
 }

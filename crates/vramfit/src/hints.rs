@@ -201,6 +201,16 @@ impl Hint for PeftError {
             PeftError::QuantizationSharded(_) => {
                 "use one GPU or --strategy ddp with --quantization".into()
             }
+            PeftError::NoDefaultTargets => {
+                "name them: --lora-targets all-linear, or q_proj,v_proj for attention only".into()
+            }
+            PeftError::FusedHalf { given, missing } => {
+                format!("add {missing} to --lora-targets, or drop {given}")
+            }
+            PeftError::ParamWrapper { feature, .. } => {
+                let change = if *feature == "DoRA" { "drop --use-dora" } else { "use --lora-dropout 0" };
+                format!("{change}, or adapt attention only (--lora-targets q_proj,k_proj,v_proj,o_proj)")
+            }
         }
     }
 }
@@ -257,6 +267,9 @@ pub fn warning(w: &Warning) -> String {
         Warning::SixteenBitQuantizedBase => {
             "a 16-bit base with --quantization is modelled without prepare_model_for_kbit_training (as LitGPT's bitsandbytes precision runs it); a script that calls it upcasts the other parameters to fp32: estimate that with --precision bf16-mixed".into()
         }
+        Warning::LoraMergedExperts { bytes } => format!(
+            "LoRA on the experts (PEFT's lora.ParamWrapper) merges each layer's adapter into a copy of all its experts, kept until that layer's backward ({bytes} over all layers); --lora-targets q_proj,k_proj,v_proj,o_proj avoids it"
+        ),
         Warning::HsdpOnOneNode => {
             "--strategy hsdp on one node shards like fsdp: pass --nodes M to replicate across nodes".into()
         }

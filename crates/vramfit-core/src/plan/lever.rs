@@ -272,7 +272,7 @@ impl Lever {
                     (l, _) => Setting::Lora(l.clone()),
                 };
                 let mut v = vec![own];
-                let lora = user.lora.clone().unwrap_or_else(default_lora);
+                let lora = user.lora.clone().unwrap_or_else(|| default_lora_for(cx.spec));
                 if user.lora.is_none() {
                     v.push(Setting::Lora(Some(lora.clone())));
                 }
@@ -304,6 +304,13 @@ pub fn default_lora() -> Lora {
         modules_to_save: Vec::new(),
         use_dora: false,
     }
+}
+
+/// [`default_lora`] as PEFT runs it on `spec`: on a mixture of experts whose experts and
+/// router PEFT wraps in `lora.ParamWrapper` (which refuses `lora_dropout`), without dropout.
+pub fn default_lora_for(spec: &ModelSpec) -> Lora {
+    let wraps_parameters = spec.parameter_layout().peft_moe.is_some();
+    Lora { dropout: !wraps_parameters, ..default_lora() }
 }
 
 /// The base a QLoRA plan quantises: the QLoRA paper's recipe as `BitsAndBytesConfig` spells

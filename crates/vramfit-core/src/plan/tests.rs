@@ -142,6 +142,21 @@ fn lora_is_searched_only_when_allowed() {
     assert!(lora.is_some_and(|p| p.notes.contains(&MathNote::LoraTrainsAdapters)));
 }
 
+/// On a mixture of experts whose experts PEFT wraps in `lora.ParamWrapper` (which refuses
+/// `lora_dropout`), the lever proposes adapters PEFT can build: all-linear without dropout.
+#[test]
+fn the_lora_lever_on_mixtral_proposes_adapters_peft_builds() {
+    let spec = spec("mixtral-8x7b");
+    let user = TrainSetup { micro_batch: 1, seq_len: 512, ..TrainSetup::default() };
+    let mut req = request(&spec, "rtx-3080", user, 8);
+    req.constraints.allow = vec![Lever::Lora];
+    let out = plan(&req).unwrap();
+    let adapters: Vec<_> =
+        out.plans.iter().chain(&out.closest).filter_map(|p| p.config.setup.lora.as_ref()).collect();
+    assert!(!adapters.is_empty());
+    assert!(adapters.iter().all(|l| !l.dropout && l.targets == crate::LoraTargets::AllLinear));
+}
+
 #[test]
 fn contradictions_and_bad_batches_are_errors_that_say_which() {
     let spec = spec("gpt2");
@@ -260,7 +275,7 @@ mod bounds {
                 attention,
                 checkpointing,
                 loss,
-                lora: lora.then(super::super::lever::default_lora),
+                lora: lora.then(|| super::super::lever::default_lora_for(&spec)),
                 grad_accum: accum,
                 ..TrainSetup::default()
             };
@@ -307,7 +322,7 @@ mod bounds {
                 attention,
                 checkpointing,
                 loss,
-                lora: lora.then(super::super::lever::default_lora),
+                lora: lora.then(|| super::super::lever::default_lora_for(&spec)),
                 grad_accum: accum,
                 ..TrainSetup::default()
             };

@@ -6,7 +6,7 @@ use super::ops::{
     Saves, activation, add, broadcast_mul, consume, dropout, grouped_mm, linear, mul2, new, norm,
     rotary, rotary_fp32, to, to_replacing, unary,
 };
-use super::{Context, LayerParams, Model, Result, Tensor, mul};
+use super::{Context, LayerParams, Model, Result, Tensor, mul, param_wrapper};
 use crate::graph::{Grad, Graph, ParamId};
 use crate::model::{Activation, Positions};
 use crate::units::DType;
@@ -252,8 +252,13 @@ pub(super) fn moe(g: &mut Graph, cx: &Context<'_>, lp: &LayerParams, x: Tensor) 
         Some(width) if lp.shared.len() == 3 => Some(mlp_expert(g, cx, x, &lp.shared, &[], width)?),
         _ => None,
     };
+    // `lora.ParamWrapper` adapters (PEFT on transformers 5's experts and router).
+    let wrapped = |p: ParamId| cx.adapter(p).filter(|a| a.wrapper);
     // The router.
-    let logits = linear(g, cx, x, m.experts, router, None)?;
+    let logits = match wrapped(router) {
+        Some(adapter) => param_wrapper::router_linear(g, cx, x, m.experts, router, adapter)?,
+        None => linear(g, cx, x, m.experts, router, None)?,
+    };
     let (l32, copied) = to(g, logits, DType::F32)?;
     let probs = unary(g, l32, DType::F32, Saves::Output)?;
     if copied {
@@ -267,6 +272,11 @@ pub(super) fn moe(g: &mut Graph, cx: &Context<'_>, lp: &LayerParams, x: Tensor) 
     g.drop(probs.id);
     let weights = if m.weights_in_logits_dtype { to_replacing(g, top, logits.dtype)? } else { top };
     g.drop(logits.id);
+    // The experts module is called: its wrappers activate, the outer one (`down_proj`) first.
+    let down_lora = wrapped(down).map(|a| param_wrapper::activate(g, down, a)).transpose()?;
+    let gate_up_lora =
+        wrapped(gate_up).map(|a| param_wrapper::activate(g, gate_up, a)).transpose()?;
+    let mut merged = Vec::new();
     // Sorted by expert: the ids and the permutation (int64), the gathered hidden states (the
     // gather saves its int64 index `perm // top_k`), the gathered routing weights.
     let sorted_ids = g.alloc(mul(rows, 8)?)?;
@@ -286,7 +296,14 @@ pub(super) fn moe(g: &mut Graph, cx: &Context<'_>, lp: &LayerParams, x: Tensor) 
     let offsets = g.alloc(mul(m.experts, 4)?)?;
     g.drop(histc_input);
     g.drop(histogram);
-    let gu = grouped_mm(g, sel, rows, 2 * e, gate_up)?;
+    let gu = match &gate_up_lora {
+        Some(f) => {
+            let w = param_wrapper::merged(g, f)?;
+            merged.push(w.id);
+            param_wrapper::grouped_mm_merged(g, sel, rows, 2 * e, w)?
+        }
+        None => grouped_mm(g, sel, rows, 2 * e, gate_up)?,
+    };
     g.drop(sel.id);
     // `gate, up = gate_up.chunk(2)`: two views of `gu`, which the activation and the product
     // save. Backward cats their two gradients into one of `gu`'s shape (SplitBackward), with
@@ -309,7 +326,14 @@ pub(super) fn moe(g: &mut Graph, cx: &Context<'_>, lp: &LayerParams, x: Tensor) 
     g.drop(gate.id);
     g.drop(up.id);
     g.drop(gu.id);
-    let d = grouped_mm(g, p, rows, h, down)?;
+    let d = match &down_lora {
+        Some(f) => {
+            let w = param_wrapper::merged(g, f)?;
+            merged.push(w.id);
+            param_wrapper::grouped_mm_merged(g, p, rows, h, w)?
+        }
+        None => grouped_mm(g, p, rows, h, down)?,
+    };
     g.drop(p.id);
     g.drop(offsets);
     let weighted = consume(g, d, |g, d| broadcast_mul(g, sample_weights, d))?;
@@ -334,6 +358,14 @@ pub(super) fn moe(g: &mut Graph, cx: &Context<'_>, lp: &LayerParams, x: Tensor) 
     g.record(&[summed.id], &[], &[Grad::Pass(ordered.id)]);
     g.drop(ordered.id);
     let out = to_replacing(g, summed, x.dtype)?;
+    // The experts return: the wrappers' contexts exit (inner first), the parametrization
+    // cache drops the merged tensors (what the matmuls saved lives on).
+    for f in gate_up_lora.into_iter().chain(down_lora) {
+        param_wrapper::deactivate(g, f);
+    }
+    for w in merged {
+        g.drop(w);
+    }
     let Some(shared) = shared else { return Ok(out) };
     let Some(shared_gate) = lp.shared_gate else { return Ok(out) };
     let gate_logit = linear(g, cx, x, 1, shared_gate, None)?;

@@ -8,6 +8,7 @@ mod embeddings;
 mod head;
 mod layer;
 mod ops;
+mod param_wrapper;
 mod parameters;
 
 use self::embeddings::{embed, layer_inputs};
@@ -173,7 +174,12 @@ fn micro_batch(
     if let Some(previous) = kept.batch.take() {
         g.drop(previous);
     }
-    let (loss, outputs, hidden) = forward(g, cx, m, ranks)?;
+    let (loss, mut outputs, hidden) = forward(g, cx, m, ranks)?;
+    if cx.setup.training_loop == TrainingLoop::Custom {
+        // The output object holds the graph (through its logits), and with it what the nodes
+        // keep as attributes: they live as long as it does.
+        outputs.append(&mut g.graph_held);
+    }
     if let Some(place) = kept.outputs_place.take() {
         // The previous step's batch and outputs were this forward's sizes: make them now.
         let sizes: Vec<(u64, Component)> =
@@ -207,6 +213,8 @@ fn micro_batch(
     ranks.backward_start(g)?;
     backward(g, cx, m, ranks)?;
     ranks.backward_end(g)?;
+    // `loss` goes: the graph with it (a custom loop's outputs hold it until the next forward).
+    g.release_graph_held();
     g.drop(loss.id);
     match cx.setup.training_loop {
         TrainingLoop::Trainer => g.drop(ids),
@@ -238,7 +246,9 @@ fn backward(g: &mut Graph, cx: &Context<'_>, m: &Model, ranks: &mut Ranks) -> Re
                     dtype: hidden_dtype(cx),
                     numel: mul(cx.tokens, cx.spec.hidden_size)?,
                 };
+                g.replaying = true;
                 let y = layer_forward(g, cx, m, x, layer)?;
+                g.replaying = false;
                 g.clear_autocast_cache();
                 g.drop(y.id);
                 if let Some(grad) = incoming {

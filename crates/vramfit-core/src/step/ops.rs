@@ -63,7 +63,8 @@ pub(super) fn linear_rows(
         Some(q) => linear_8bit(g, x, rows, out_features, q)?,
         None => base_linear(g, cx, x, rows, out_features, w, bias)?,
     };
-    match cx.adapter(w) {
+    // (A `lora.ParamWrapper`'s parameter is no `nn.Linear`: `step::param_wrapper`.)
+    match cx.adapter(w).filter(|a| !a.wrapper) {
         Some(adapter) => {
             // PEFT's 4-bit LoRA layer clones the base layer's result ("defensively", per Tim
             // Dettmers) before adding the adapter's; CloneBackward hands the gradient on.
@@ -125,8 +126,12 @@ fn linear_4bit(
 
 /// bitsandbytes' `MatMul8bitLt` (`Linear8bitLt.forward`, threshold 6.0, no outlier column):
 /// the input cast to fp16 and quantised (int8 `[tokens, in]` and fp32 row scales), the output
-/// in the input's dtype, the input kept for backward; backward dequantises the weight in the
-/// input's dtype (`CB.to(dtype_A, copy=True)`) for the input's gradient.
+/// in the input's dtype; backward dequantises the weight in the input's dtype
+/// (`CB.to(dtype_A, copy=True)`) for the input's gradient. The input is kept for backward in
+/// `ctx.tensors`, an attribute of the node, not `save_for_backward`: it lives until the graph
+/// is destroyed (not freed by this node's backward), and a checkpointed layer's first forward
+/// keeps it too (the saved-tensor hooks never see it) while its replay's copy dies with the
+/// replay (backward uses the first forward's).
 fn linear_8bit(
     g: &mut Graph,
     x: Tensor,
@@ -145,9 +150,14 @@ fn linear_8bit(
     g.drop(sca);
     g.record(
         &[y.id],
-        &[x.id],
+        &[],
         &[Grad::Scratch(mul(q.numel, x.dtype.size())?), Grad::New(x.id, x.bytes())],
     );
+    // (q, k and v share one input: held once.)
+    if !g.replaying && g.requires_grad(y.id) && !g.graph_held.contains(&x.id) {
+        g.tl.retain(x.id);
+        g.graph_held.push(x.id);
+    }
     Ok(y)
 }
 

@@ -35,6 +35,10 @@ pub(crate) struct Adapter {
     pub(crate) dropout: bool,
     /// DoRA's magnitude vector (`out` elements), when `use_dora`.
     pub(crate) magnitude: Option<ParamId>,
+    /// `lora.ParamWrapper` on a parameter (MoE experts, the router) rather than
+    /// `lora.Linear`: `lora_A` is `[rank · experts, in]`, `lora_B` `[out, rank · experts]`,
+    /// merged into the parameter in every forward (`step::param_wrapper`).
+    pub(crate) wrapper: bool,
 }
 
 /// A linear weight bitsandbytes quantised (`Linear4bit`, `Linear8bitLt`).
@@ -135,7 +139,7 @@ pub(crate) fn build_model(
                 compute_dtype: q.compute_dtype,
                 numel,
             });
-            register_adapter(g, cx, &mut model, layer, decl, id, rows, cols, adapter_dtype, whole)?;
+            register_adapter(g, cx, &mut model, layout, (layer, decl, id), adapter_dtype, whole)?;
             assign(&mut model, layer, decl.slot, id);
             continue;
         }
@@ -146,7 +150,7 @@ pub(crate) fn build_model(
         }
         if let Some((rows, cols)) = decl.shape.matrix() {
             g.set_matrix(id, rows, cols);
-            register_adapter(g, cx, &mut model, layer, decl, id, rows, cols, adapter_dtype, whole)?;
+            register_adapter(g, cx, &mut model, layout, (layer, decl, id), adapter_dtype, whole)?;
         }
         assign(&mut model, layer, decl.slot, id);
     }
@@ -202,23 +206,20 @@ fn assign(model: &mut Model, layer: Option<u64>, slot: crate::layout::Slot, id: 
     }
 }
 
-/// Registers the LoRA adapter of a linear weight, if it gets one: fp32 `lora_A` (`r × in`) and
-/// `lora_B` (`out × r`) that train.
-#[allow(clippy::too_many_arguments, reason = "the loop's state, passed as it is")]
+/// Registers the LoRA adapter of a weight, if it gets one: fp32 `lora_A` and `lora_B` that
+/// train (`lora.Linear`: `r × in` and `out × r`; `lora.ParamWrapper`: `r · experts × in` and
+/// `out × r · experts`).
 fn register_adapter(
     g: &mut Graph,
     cx: &Context<'_>,
     model: &mut Model,
-    layer: Option<u64>,
-    decl: &crate::layout::ParameterDecl,
-    id: ParamId,
-    rows: u64,
-    cols: u64,
+    layout: &crate::layout::ParameterLayout,
+    (layer, decl, id): (Option<u64>, &crate::layout::ParameterDecl, ParamId),
     adapter_dtype: DType,
     whole: bool,
 ) -> Result<()> {
     let Some(l) = cx.setup.lora.as_ref() else { return Ok(()) };
-    let Some(rank) = crate::peft::adapter_rank(l, decl) else { return Ok(()) };
+    let Some(shape) = crate::peft::adapter(l, layout, decl) else { return Ok(()) };
     let mut half = |r: u64, c: u64| -> Result<ParamId> {
         let n = mul(r, c)?;
         let cast = if cx.autocast { mul(n, cx.compute_dtype.size())? } else { 0 };
@@ -231,8 +232,17 @@ fn register_adapter(
         g.set_matrix(p, r, c);
         Ok(p)
     };
-    let a = half(rank, rows)?;
-    let b = half(cols, rank)?;
+    let (rank, wrapper, a, b) = match (shape, decl.shape.matrix()) {
+        (crate::peft::AdapterShape::Parameter { rank, experts, inputs, outputs }, _) => {
+            let inner = mul(rank, experts)?;
+            (rank, true, half(inner, inputs)?, half(outputs, inner)?)
+        }
+        (crate::peft::AdapterShape::Linear { rank }, Some((rows, cols))) => {
+            (rank, false, half(rank, rows)?, half(cols, rank)?)
+        }
+        (crate::peft::AdapterShape::Linear { .. }, None) => return Ok(()),
+    };
+    let cols = decl.shape.matrix().map_or(0, |(_, c)| c);
     let magnitude = if l.use_dora {
         // `lora_magnitude_vector`: the weight's row norms, a trained fp32 vector.
         let m = g.add_param(cols, adapter_dtype, true, 0)?;
@@ -247,6 +257,6 @@ fn register_adapter(
     if model.adapters.len() <= id.0 {
         model.adapters.resize(id.0 + 1, None);
     }
-    model.adapters[id.0] = Some(Adapter { a, b, rank, dropout: l.dropout, magnitude });
+    model.adapters[id.0] = Some(Adapter { a, b, rank, dropout: l.dropout, magnitude, wrapper });
     Ok(())
 }

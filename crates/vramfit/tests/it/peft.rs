@@ -100,6 +100,43 @@ fn bad_lora_and_freeze_input_is_one_error_line_a_hint_and_exit_2() {
         ("unknown freeze part", &["--model", "gpt2", "--freeze", "attention"]),
         ("too many frozen layers", &["--model", "gpt2", "--freeze", "layers:13"]),
         ("lora on a bare count", &["--params", "1B", "--lora-rank", "8"]),
+        ("default targets on mixtral", &["--model", "mixtral-8x7b", "--lora-rank", "8"]),
+        (
+            "dropout on mixtral's experts",
+            &[
+                "--model",
+                "mixtral-8x7b",
+                "--lora-rank",
+                "8",
+                "--lora-targets",
+                "all-linear",
+                "--lora-dropout",
+                "0.05",
+            ],
+        ),
+        (
+            "half of a fused expert projection",
+            &[
+                "--model",
+                "qwen3-30b-a3b",
+                "--lora-rank",
+                "8",
+                "--lora-targets",
+                "gate_proj,down_proj",
+            ],
+        ),
+        (
+            "dora on mixtral's experts",
+            &[
+                "--model",
+                "mixtral-8x7b",
+                "--lora-rank",
+                "8",
+                "--lora-targets",
+                "w1,w2,w3",
+                "--use-dora",
+            ],
+        ),
     ];
     let mut transcript = String::new();
     for (what, args) in cases {
