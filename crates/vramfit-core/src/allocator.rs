@@ -1280,6 +1280,64 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
+        /// What the planner does for a full estimate — the step simulated without the
+        /// allocator, its stream recorded, replayed later under the candidate's settings — gives
+        /// `estimate_on`'s estimate, to the byte, on random setups.
+        #[test]
+        fn a_recorded_stream_replayed_later_gives_the_full_estimate(
+            model in 0usize..4,
+            micro_batch in 1u64..4,
+            seq in 0usize..3,
+            bf16 in proptest::bool::ANY,
+            full in proptest::bool::ANY,
+            strategy in 0usize..5,
+            optimizer_impl in 0usize..3,
+            conf in 0usize..4,
+        ) {
+            use crate::parallel::{Parallel, Strategy};
+            use crate::setup::{Checkpointing, OptimizerImpl, Precision, TrainSetup};
+            let name = ["gpt2", "llama-3.2-1b", "qwen3-0.6b", "bert-base-uncased"][model];
+            let s = spec(name);
+            let strategy =
+                [Strategy::None, Strategy::Ddp, Strategy::Zero2, Strategy::Zero3, Strategy::Fsdp]
+                    [strategy];
+            let setup = TrainSetup {
+                micro_batch,
+                seq_len: [128, 256, 512][seq],
+                precision: if bf16 { Precision::Bf16Mixed } else { Precision::Fp32 },
+                checkpointing: if full { Checkpointing::Full } else { Checkpointing::None },
+                optimizer_impl: [OptimizerImpl::Foreach, OptimizerImpl::ForLoop, OptimizerImpl::Fused]
+                    [optimizer_impl],
+                parallel: Parallel {
+                    gpus_per_node: if strategy == Strategy::None { 1 } else { 4 },
+                    strategy,
+                    ..Parallel::default()
+                },
+                ..TrainSetup::default()
+            };
+            let conf = [
+                "",
+                "expandable_segments:True",
+                "max_split_size_mb:64",
+                "roundup_power2_divisions:[256:1,512:2,>:8]",
+            ][conf];
+            let conf = AllocConf::parse(conf).unwrap();
+            let allocated_only = crate::Device { allocator: None, ..crate::Device::CUDA };
+            let recorded = crate::estimate::simulate_recorded(&s, &setup, &allocated_only);
+            let full = crate::Device { allocator: Some(conf), ..crate::Device::CUDA };
+            let direct = crate::estimate_on(&s, &setup, &full);
+            proptest::prop_assert_eq!(recorded.is_ok(), direct.is_ok());
+            let (Ok((step, recording)), Ok(direct)) = (recorded, direct) else {
+                return Ok(());
+            };
+            let later =
+                crate::estimate::summarize(&s, &setup, step, Some(replay(&recording, conf)));
+            proptest::prop_assert_eq!(later, direct, "{} {:?}", name, setup);
+        }
+    }
+
     /// The step's own stream (every loop, zero_grad and cache mode), replayed through the
     /// cache twice: reserved memory is never below allocated memory, at any event.
     #[test]
