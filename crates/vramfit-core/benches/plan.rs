@@ -163,11 +163,12 @@ fn main() {
         let s = out.stats;
         println!("plan {}", case.label);
         println!(
-            "  {} candidates ({} configurations × micro-batches): {} simulated ({} through the allocator), {} pruned; {} simulations of the activations (each shared by the configurations that compute alike); {} plans, {} closest misses",
+            "  {} candidates ({} configurations × micro-batches): {} simulated ({} through the allocator, {} of whose replays were an equal stream's), {} pruned; {} simulations of the activations (each shared by the configurations that compute alike); {} plans, {} closest misses",
             s.candidates,
             s.configurations,
             s.simulated,
             s.replayed,
+            s.replays_shared,
             s.pruned,
             s.activation_simulations,
             out.plans.len(),

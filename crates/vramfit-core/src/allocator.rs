@@ -797,12 +797,58 @@ pub struct ReservedPeakCause {
 }
 
 /// One recorded event, as the replay needs it: a request already rounded (0 for a free), the
-/// tensor, and for a request the index of what it was for in [`CachingAllocator::causes`].
-#[derive(Debug, Clone, Copy)]
+/// tensor, and for a request the index of what it was for in [`Recording::causes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Op {
     rounded: u64,
     tid: u32,
     cause: u32,
+}
+
+/// The allocation stream of a step as the caching allocator replays it: what
+/// [`CachingAllocator`] records, and what [`replay`] needs (with an [`AllocConf`]).
+///
+/// Two recordings that are equal replay alike under the same settings: a search that
+/// estimates setups whose streams coincide (settings that change nothing the allocator sees)
+/// replays the stream once ([`Recording::fingerprint`] finds the candidates cheaply).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Recording {
+    /// The `roundup_power2_divisions` the requests were rounded with (the only setting that
+    /// `round_size` reads).
+    rounding: [u64; 16],
+    setup: Vec<Op>,
+    step: Vec<Op>,
+    /// The first `OptimizerStep` phase of the step: the index of the event it precedes.
+    optimizer_step_at: Option<usize>,
+    /// Per request: its bytes, component and phase (read when it sets the reserved peak).
+    causes: Vec<(u64, Component, Phase)>,
+    /// The largest tensor id seen.
+    max_tid: u32,
+}
+
+impl Recording {
+    /// A hash of the recording's contents (not of the rounding), cheap next to a replay: equal
+    /// recordings have equal fingerprints.
+    pub(crate) fn fingerprint(&self) -> u64 {
+        const K: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mix = |h: u64, x: u64| (h.rotate_left(5) ^ x).wrapping_mul(K);
+        let mut h = mix(self.optimizer_step_at.map_or(u64::MAX, |a| a as u64), self.max_tid.into());
+        for op in self.setup.iter().chain(&self.step) {
+            h = mix(h, op.rounded);
+            h = mix(h, (u64::from(op.tid) << 32) | u64::from(op.cause));
+        }
+        for &(bytes, component, phase) in &self.causes {
+            h = mix(h, bytes);
+            h = mix(h, ((component as u64) << 8) | phase as u64);
+        }
+        mix(h, self.setup.len() as u64)
+    }
+
+    /// Bytes the recording holds (for a cache that bounds what it keeps).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        (self.setup.capacity() + self.step.capacity()) * std::mem::size_of::<Op>()
+            + self.causes.capacity() * std::mem::size_of::<(u64, Component, Phase)>()
+    }
 }
 
 /// The caching allocator as an observer of the allocation stream.
@@ -816,14 +862,7 @@ pub(crate) struct CachingAllocator {
     conf: AllocConf,
     /// Phase events seen.
     phases: u32,
-    setup: Vec<Op>,
-    step: Vec<Op>,
-    /// The first `OptimizerStep` phase of the step: the index of the event it precedes.
-    optimizer_step_at: Option<usize>,
-    /// Per request: its bytes, component and phase (read when it sets the reserved peak).
-    causes: Vec<(u64, Component, Phase)>,
-    /// The largest tensor id seen.
-    max_tid: u32,
+    recording: Recording,
 }
 
 impl CachingAllocator {
@@ -831,80 +870,121 @@ impl CachingAllocator {
         CachingAllocator {
             conf,
             phases: 0,
-            setup: Vec::new(),
-            step: Vec::with_capacity(1 << 14),
-            optimizer_step_at: None,
-            causes: Vec::with_capacity(1 << 13),
-            max_tid: 0,
+            recording: Recording {
+                rounding: conf.roundup_power2_divisions,
+                setup: Vec::new(),
+                step: Vec::with_capacity(1 << 14),
+                optimizer_step_at: None,
+                causes: Vec::with_capacity(1 << 13),
+                max_tid: 0,
+            },
         }
     }
 
-    /// Replays the run: setup without the optimizer state, the first iteration creating it at
-    /// the start of `optimizer.step()`, then iterations until reserved memory stops growing.
+    /// Replays the run ([`replay`]) under the settings it was recorded with.
     pub(crate) fn finish(self) -> Reserved {
-        let mut cache = Cache::new(self.conf);
-        // A block is made per segment and per split: at most one per request replayed, and
-        // two iterations are the usual run.
-        cache.blocks.reserve(self.setup.len() + self.step.len());
-        let mut map: Vec<u32> = vec![NONE; self.max_tid as usize + 1];
-        let mut best = Reserved {
-            peak_reserved: 0,
-            fragmentation: 0,
-            peak_allocated_blocks: 0,
-            set_by: ReservedPeakCause {
-                bytes: 0,
-                component: Component::Parameters,
-                phase: Phase::Forward,
-                iteration: 1,
-            },
-            iterations: 0,
-        };
-        let causes = &self.causes;
-        let play =
-            |cache: &mut Cache, map: &mut [u32], ops: &[Op], it: u32, best: &mut Reserved| {
-                for &Op { rounded, tid, cause } in ops {
-                    let slot = &mut map[tid as usize];
-                    if cause == NONE {
-                        let block = std::mem::replace(slot, NONE);
-                        if block != NONE {
-                            cache.release(block);
-                        }
-                        continue;
-                    }
-                    let (block, grew) = cache.malloc_rounded(rounded);
-                    *slot = block;
-                    best.peak_allocated_blocks = best.peak_allocated_blocks.max(cache.allocated);
-                    if grew && cache.reserved > best.peak_reserved {
-                        best.peak_reserved = cache.reserved;
-                        best.fragmentation = cache.reserved - cache.allocated;
-                        let (bytes, component, phase) = causes[cause as usize];
-                        best.set_by = ReservedPeakCause { bytes, component, phase, iteration: it };
-                    }
-                }
-            };
-        let (state_ops, setup_ops): (Vec<Op>, Vec<Op>) = self.setup.iter().partition(|op| {
-            op.cause != NONE && causes[op.cause as usize].1 == Component::OptimizerState
-        });
-        play(&mut cache, &mut map, &setup_ops, 1, &mut best);
-        let mut iteration = 1;
-        loop {
-            let before = cache.reserved;
-            match self.optimizer_step_at.filter(|_| iteration == 1) {
-                Some(at) => {
-                    play(&mut cache, &mut map, &self.step[..at], iteration, &mut best);
-                    play(&mut cache, &mut map, &state_ops, iteration, &mut best);
-                    play(&mut cache, &mut map, &self.step[at..], iteration, &mut best);
-                }
-                None => play(&mut cache, &mut map, &self.step, iteration, &mut best),
-            }
-            best.iterations = iteration;
-            if (iteration > 1 && cache.reserved == before) || iteration >= MAX_ITERATIONS {
-                break;
-            }
-            iteration += 1;
-        }
-        best
+        replay(&self.recording, self.conf)
     }
+
+    /// The stream recorded, for [`replay`].
+    pub(crate) fn into_recording(self) -> Recording {
+        self.recording
+    }
+}
+
+/// Replays a recorded run under `conf`: setup without the optimizer state, the first
+/// iteration creating it at the start of `optimizer.step()`, then iterations until reserved
+/// memory stops growing.
+pub(crate) fn replay(recording: &Recording, conf: AllocConf) -> Reserved {
+    if recording.rounding != conf.roundup_power2_divisions {
+        // Requests rounded otherwise: rounded again, as recorded under `conf`.
+        let causes = &recording.causes;
+        let round = |ops: &[Op]| -> Vec<Op> {
+            ops.iter()
+                .map(|&op| match op.cause {
+                    NONE => op,
+                    c => Op { rounded: conf.round_size(causes[c as usize].0), ..op },
+                })
+                .collect()
+        };
+        let again = Recording {
+            rounding: conf.roundup_power2_divisions,
+            setup: round(&recording.setup),
+            step: round(&recording.step),
+            causes: Vec::new(),
+            ..*recording
+        };
+        return replay_rounded(&again, causes, conf);
+    }
+    replay_rounded(recording, &recording.causes, conf)
+}
+
+fn replay_rounded(
+    recording: &Recording,
+    causes: &[(u64, Component, Phase)],
+    conf: AllocConf,
+) -> Reserved {
+    let mut cache = Cache::new(conf);
+    // A block is made per segment and per split: at most one per request replayed, and
+    // two iterations are the usual run.
+    cache.blocks.reserve(recording.setup.len() + recording.step.len());
+    let mut map: Vec<u32> = vec![NONE; recording.max_tid as usize + 1];
+    let mut best = Reserved {
+        peak_reserved: 0,
+        fragmentation: 0,
+        peak_allocated_blocks: 0,
+        set_by: ReservedPeakCause {
+            bytes: 0,
+            component: Component::Parameters,
+            phase: Phase::Forward,
+            iteration: 1,
+        },
+        iterations: 0,
+    };
+    let play = |cache: &mut Cache, map: &mut [u32], ops: &[Op], it: u32, best: &mut Reserved| {
+        for &Op { rounded, tid, cause } in ops {
+            let slot = &mut map[tid as usize];
+            if cause == NONE {
+                let block = std::mem::replace(slot, NONE);
+                if block != NONE {
+                    cache.release(block);
+                }
+                continue;
+            }
+            let (block, grew) = cache.malloc_rounded(rounded);
+            *slot = block;
+            best.peak_allocated_blocks = best.peak_allocated_blocks.max(cache.allocated);
+            if grew && cache.reserved > best.peak_reserved {
+                best.peak_reserved = cache.reserved;
+                best.fragmentation = cache.reserved - cache.allocated;
+                let (bytes, component, phase) = causes[cause as usize];
+                best.set_by = ReservedPeakCause { bytes, component, phase, iteration: it };
+            }
+        }
+    };
+    let (state_ops, setup_ops): (Vec<Op>, Vec<Op>) = recording.setup.iter().partition(|op| {
+        op.cause != NONE && causes[op.cause as usize].1 == Component::OptimizerState
+    });
+    play(&mut cache, &mut map, &setup_ops, 1, &mut best);
+    let step = &recording.step;
+    let mut iteration = 1;
+    loop {
+        let before = cache.reserved;
+        match recording.optimizer_step_at.filter(|_| iteration == 1) {
+            Some(at) => {
+                play(&mut cache, &mut map, &step[..at], iteration, &mut best);
+                play(&mut cache, &mut map, &state_ops, iteration, &mut best);
+                play(&mut cache, &mut map, &step[at..], iteration, &mut best);
+            }
+            None => play(&mut cache, &mut map, step, iteration, &mut best),
+        }
+        best.iterations = iteration;
+        if (iteration > 1 && cache.reserved == before) || iteration >= MAX_ITERATIONS {
+            break;
+        }
+        iteration += 1;
+    }
+    best
 }
 
 impl StreamObserver for CachingAllocator {
@@ -914,8 +994,9 @@ impl StreamObserver for CachingAllocator {
             // out a null pointer for zero bytes.
             StreamEvent::Alloc { bytes: 0, .. } => return,
             StreamEvent::Alloc { tid, bytes, component } => {
-                let cause = u32::try_from(self.causes.len()).ok().filter(|&c| c != NONE);
-                self.causes.push((bytes, component, state.phase));
+                let r = &mut self.recording;
+                let cause = u32::try_from(r.causes.len()).ok().filter(|&c| c != NONE);
+                r.causes.push((bytes, component, state.phase));
                 Op {
                     rounded: self.conf.round_size(bytes),
                     tid: tid.index() as u32,
@@ -927,20 +1008,21 @@ impl StreamObserver for CachingAllocator {
             }
             StreamEvent::Phase(p) => {
                 self.phases += 1;
-                if self.phases > 1 && p == Phase::OptimizerStep && self.optimizer_step_at.is_none()
-                {
-                    self.optimizer_step_at = Some(self.step.len());
+                let r = &mut self.recording;
+                if self.phases > 1 && p == Phase::OptimizerStep && r.optimizer_step_at.is_none() {
+                    r.optimizer_step_at = Some(r.step.len());
                 }
                 return;
             }
             StreamEvent::Recategorize { .. } => return,
         };
-        self.max_tid = self.max_tid.max(op.tid);
+        let r = &mut self.recording;
+        r.max_tid = r.max_tid.max(op.tid);
         // The initial phase event, then the setup; the step begins at the next `Forward`.
         if self.phases <= 1 {
-            self.setup.push(op);
+            r.setup.push(op);
         } else {
-            self.step.push(op);
+            r.step.push(op);
         }
     }
 }
@@ -1156,6 +1238,103 @@ mod tests {
                 a.release(b);
             }
             proptest::prop_assert_eq!(a.allocated, 0);
+        }
+    }
+
+    /// A stream recorded once replays under any settings as a stream recorded under them:
+    /// requests rounded otherwise are rounded again. Equal streams have equal fingerprints.
+    #[test]
+    fn a_recorded_stream_replays_under_other_settings_as_one_recorded_under_them() {
+        use crate::setup::{Checkpointing, Precision, TrainSetup};
+        let confs = [
+            AllocConf::DEFAULT,
+            AllocConf::parse("expandable_segments:True").unwrap(),
+            AllocConf::parse("max_split_size_mb:20,max_non_split_rounding_mb:64").unwrap(),
+            AllocConf::parse("roundup_power2_divisions:4").unwrap(),
+            AllocConf::parse("roundup_power2_divisions:[256:1,512:2,>:8]").unwrap(),
+        ];
+        for (model, checkpointing) in
+            [("gpt2", Checkpointing::None), ("llama-3.2-1b", Checkpointing::Full)]
+        {
+            let s = spec(model);
+            let setup = TrainSetup {
+                micro_batch: 3,
+                seq_len: 1000,
+                precision: Precision::Bf16Mixed,
+                checkpointing,
+                ..TrainSetup::default()
+            };
+            let record = |conf: AllocConf| {
+                let mut allocator = CachingAllocator::new(conf);
+                crate::step::simulate(&s, &setup, &crate::Device::CUDA, vec![&mut allocator])
+                    .unwrap();
+                allocator.into_recording()
+            };
+            let once = record(AllocConf::DEFAULT);
+            assert_eq!(once.fingerprint(), record(AllocConf::DEFAULT).fingerprint());
+            for conf in confs {
+                let own = record(conf);
+                assert_eq!(replay(&once, conf), replay(&own, conf), "{model} {conf:?}");
+                assert_eq!(replay(&own, AllocConf::DEFAULT), replay(&once, AllocConf::DEFAULT));
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
+        /// What the planner does for a full estimate — the step simulated without the
+        /// allocator, its stream recorded, replayed later under the candidate's settings — gives
+        /// `estimate_on`'s estimate, to the byte, on random setups.
+        #[test]
+        fn a_recorded_stream_replayed_later_gives_the_full_estimate(
+            model in 0usize..4,
+            micro_batch in 1u64..4,
+            seq in 0usize..3,
+            bf16 in proptest::bool::ANY,
+            full in proptest::bool::ANY,
+            strategy in 0usize..5,
+            optimizer_impl in 0usize..3,
+            conf in 0usize..4,
+        ) {
+            use crate::parallel::{Parallel, Strategy};
+            use crate::setup::{Checkpointing, OptimizerImpl, Precision, TrainSetup};
+            let name = ["gpt2", "llama-3.2-1b", "qwen3-0.6b", "bert-base-uncased"][model];
+            let s = spec(name);
+            let strategy =
+                [Strategy::None, Strategy::Ddp, Strategy::Zero2, Strategy::Zero3, Strategy::Fsdp]
+                    [strategy];
+            let setup = TrainSetup {
+                micro_batch,
+                seq_len: [128, 256, 512][seq],
+                precision: if bf16 { Precision::Bf16Mixed } else { Precision::Fp32 },
+                checkpointing: if full { Checkpointing::Full } else { Checkpointing::None },
+                optimizer_impl: [OptimizerImpl::Foreach, OptimizerImpl::ForLoop, OptimizerImpl::Fused]
+                    [optimizer_impl],
+                parallel: Parallel {
+                    gpus_per_node: if strategy == Strategy::None { 1 } else { 4 },
+                    strategy,
+                    ..Parallel::default()
+                },
+                ..TrainSetup::default()
+            };
+            let conf = [
+                "",
+                "expandable_segments:True",
+                "max_split_size_mb:64",
+                "roundup_power2_divisions:[256:1,512:2,>:8]",
+            ][conf];
+            let conf = AllocConf::parse(conf).unwrap();
+            let allocated_only = crate::Device { allocator: None, ..crate::Device::CUDA };
+            let recorded = crate::estimate::simulate_recorded(&s, &setup, &allocated_only);
+            let full = crate::Device { allocator: Some(conf), ..crate::Device::CUDA };
+            let direct = crate::estimate_on(&s, &setup, &full);
+            proptest::prop_assert_eq!(recorded.is_ok(), direct.is_ok());
+            let (Ok((step, recording)), Ok(direct)) = (recorded, direct) else {
+                return Ok(());
+            };
+            let later =
+                crate::estimate::summarize(&s, &setup, step, Some(replay(&recording, conf)));
+            proptest::prop_assert_eq!(later, direct, "{} {:?}", name, setup);
         }
     }
 

@@ -243,6 +243,19 @@ pub fn estimate_timeline_on(
     Ok((estimate, timeline.unwrap_or_default()))
 }
 
+/// What a setup must pass before its step is simulated; the parameter layout it was checked
+/// against.
+fn check_run(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+) -> Result<crate::layout::ParameterLayout, EstimateError> {
+    check_setup(setup)?;
+    let layout = spec.parameter_layout();
+    crate::peft::check(&layout, setup)?;
+    crate::parallel::fsdp_padding(spec, &layout, setup)?;
+    Ok(layout)
+}
+
 /// Checks the setup, simulates the step (recording it when `record` gives a size) and sums up.
 fn run(
     spec: &ModelSpec,
@@ -250,10 +263,10 @@ fn run(
     device: &Device,
     record: Option<usize>,
 ) -> Result<(Estimate, Option<crate::timeline::StepTimeline>), EstimateError> {
-    check_setup(setup)?;
-    let layout = spec.parameter_layout();
-    crate::peft::check(&layout, setup)?;
-    crate::parallel::fsdp_padding(spec, &layout, setup)?;
+    // The layout lives through the simulation: freed before it, it leaves the heap shaped so
+    // that glibc's malloc gives pages back and takes them again (brk) in every estimate (six
+    // times the page faults, a sixth more time for the 70B bench).
+    let _layout = check_run(spec, setup)?;
     let mut recorder = record.map(|points| Recorder::new(points, simulated_micro_batches(setup)));
     let mut allocator = device.allocator.map(CachingAllocator::new);
     let mut observers: Vec<&mut dyn StreamObserver> = Vec::new();
@@ -268,7 +281,24 @@ fn run(
     Ok((summarize(spec, setup, step, reserved), recorder.map(Recorder::finish)))
 }
 
-fn summarize(
+/// A step simulated for a search that estimates it later under several allocator settings:
+/// its figures and its allocation stream, recorded for [`crate::allocator::replay`]
+/// (`device.allocator`'s rounding, or the default's). [`summarize`] with the replay under
+/// `device.allocator` gives what [`estimate_on`] gives.
+pub(crate) fn simulate_recorded(
+    spec: &ModelSpec,
+    setup: &TrainSetup,
+    device: &Device,
+) -> Result<(StepResult, crate::allocator::Recording), EstimateError> {
+    let _layout = check_run(spec, setup)?;
+    let mut allocator = CachingAllocator::new(device.allocator.unwrap_or_default());
+    let step = simulate(spec, setup, device, vec![&mut allocator])?;
+    Ok((step, allocator.into_recording()))
+}
+
+/// The estimate of a simulated step with what the caching allocator reserves (`None`: a
+/// device without one).
+pub(crate) fn summarize(
     spec: &ModelSpec,
     setup: &TrainSetup,
     step: StepResult,
@@ -407,10 +437,7 @@ pub(crate) fn activation_peak(
     setup: &TrainSetup,
     device: &Device,
 ) -> Result<u64, EstimateError> {
-    check_setup(setup)?;
-    let layout = spec.parameter_layout();
-    crate::peft::check(&layout, setup)?;
-    crate::parallel::fsdp_padding(spec, &layout, setup)?;
+    let _layout = check_run(spec, setup)?;
     let mut own = OwnTensors::default();
     simulate(spec, setup, device, vec![&mut own])?;
     Ok(own.peak)

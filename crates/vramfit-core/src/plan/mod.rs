@@ -150,6 +150,11 @@ pub struct SearchStats {
     /// configurations that compute alike and differ only in strategy, offload, optimizer or
     /// allocator settings (not candidates: they bound them).
     pub activation_simulations: u64,
+    /// Of the candidates replayed through the caching allocator, those whose replay was an
+    /// earlier candidate's: the same allocation stream under the same allocator settings
+    /// (settings that change nothing the allocator sees, such as the optimizer's
+    /// implementation under ZeRO). Their estimates are the same, to the byte.
+    pub replays_shared: u64,
 }
 
 /// What it would take when nothing fits.

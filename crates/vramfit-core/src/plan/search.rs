@@ -3,12 +3,14 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::rc::Rc;
 
 use super::cost::{self, ModelFacts, Rates};
 use super::lever::{self, Config, Lever, LeverContext, Setting};
 use super::{
     Baseline, Change, Plan, PlanError, PlanOutcome, PlanRequest, Requirement, SearchStats,
 };
+use crate::allocator::{AllocConf, Recording, Reserved};
 use crate::card::{self, CardBudget, CardVerdict};
 use crate::device::Device;
 use crate::estimate::{Estimate, MAX_GRAD_ACCUM, MAX_MICRO_BATCH, estimate_on};
@@ -24,6 +26,23 @@ const FRAGMENTATION_WORTH_PERCENT: u64 = 2;
 
 /// How many of the closest misses to report when nothing fits.
 const CLOSEST: usize = 3;
+
+/// The most bytes of recorded allocation streams a search keeps for later full estimates (a
+/// 70B model's stream is 0.6 to 1.6 MB); beyond it, a full estimate simulates again.
+const KEPT_STREAM_BYTES: usize = 128 << 20;
+
+/// A stream replayed, and what the replay gave.
+type Replayed = (Rc<Stepped>, Reserved);
+
+/// A candidate's simulated step and its allocation stream, kept from the simulation of its
+/// allocated peak for its full estimate (only the caching-allocator replay is left then).
+struct Stepped {
+    step: crate::step::StepResult,
+    recording: Recording,
+    fingerprint: u64,
+    /// Whether the search keeps it (within [`KEPT_STREAM_BYTES`]).
+    kept: bool,
+}
 
 /// Searches the setups that keep the global batch and sequence length for those that fit.
 pub fn plan(req: &PlanRequest<'_>) -> Result<PlanOutcome, PlanError> {
@@ -152,6 +171,14 @@ pub(super) struct Search<'r, 'a> {
     /// The peaks of the step's own tensors ([`crate::estimate::activation_peak`]) by the
     /// setup that represents all those with the same activations ([`representative`]).
     own: HashMap<TrainSetup, Option<u64>>,
+    /// Simulated steps with their allocation streams, by setup (the allocator settings do not
+    /// change the stream).
+    stepped: HashMap<TrainSetup, Rc<Stepped>>,
+    /// Replays by stream fingerprint and allocator settings, with the stream replayed:
+    /// a candidate whose stream equals one replayed under the same settings takes its result.
+    replays: HashMap<(u64, AllocConf), Vec<Replayed>>,
+    /// Bytes of the streams kept ([`KEPT_STREAM_BYTES`]).
+    kept: usize,
     /// Whether to decide configurations by the activation bound before simulating them.
     fast: bool,
     pub(super) baseline: Baseline,
@@ -201,6 +228,9 @@ impl<'r, 'a> Search<'r, 'a> {
             trainable: HashMap::new(),
             allocated: HashMap::new(),
             own: HashMap::new(),
+            stepped: HashMap::new(),
+            replays: HashMap::new(),
+            kept: 0,
             fast: true,
             baseline: Baseline { estimate, verdict, step_seconds: None },
             user,
@@ -624,22 +654,87 @@ impl<'r, 'a> Search<'r, 'a> {
         if let Some(&known) = self.allocated.get(&c.setup) {
             return known;
         }
+        // The step without the allocator's replay (the allocated peak is the step's), its
+        // stream recorded for the full estimate that follows where it fits.
         let allocated_only =
             Device { allocator: None, workspaces: self.req.workspaces, ..Device::CUDA };
-        let used = match estimate_on(self.req.spec, &c.setup, &allocated_only) {
-            Ok(e) => e.peak_allocated.get().saturating_add(self.req.budget.cuda_context.get()),
-            Err(_) => u64::MAX,
-        };
+        let used =
+            match crate::estimate::simulate_recorded(self.req.spec, &c.setup, &allocated_only) {
+                Ok((step, recording)) => {
+                    let used = step.peak.saturating_add(self.req.budget.cuda_context.get());
+                    // Only a candidate that fits on its allocated peak is estimated in full.
+                    if used <= self.req.budget.usable().get() {
+                        self.keep(&c.setup, step, recording);
+                    }
+                    used
+                }
+                Err(_) => u64::MAX,
+            };
         self.allocated.insert(c.setup, used);
         used
     }
 
-    /// A candidate's full estimate (with the allocator replay) and verdict.
+    /// Keeps a simulated step and its stream for the setup's full estimate, within
+    /// [`KEPT_STREAM_BYTES`].
+    fn keep(
+        &mut self,
+        setup: &TrainSetup,
+        step: crate::step::StepResult,
+        recording: Recording,
+    ) -> Rc<Stepped> {
+        let fingerprint = recording.fingerprint();
+        let bytes = recording.heap_bytes();
+        let kept = self.kept + bytes <= KEPT_STREAM_BYTES;
+        let stepped = Rc::new(Stepped { step, recording, fingerprint, kept });
+        if kept {
+            self.kept += bytes;
+            self.stepped.insert(setup.clone(), Rc::clone(&stepped));
+        }
+        stepped
+    }
+
+    /// A candidate's full estimate (with the allocator replay) and verdict: what
+    /// [`estimate_on`] gives for its setup and device. The step simulated for its allocated
+    /// peak is not simulated again, and a stream replayed under the same settings is not
+    /// replayed again (equal streams replay alike).
     fn full_estimate(&mut self, c: &Config) -> Option<(Estimate, CardVerdict)> {
         self.stats.replayed += 1;
-        let e = estimate_on(self.req.spec, &c.setup, &device(self.req, c)).ok()?;
+        let stepped = match self.stepped.get(&c.setup) {
+            Some(s) => Rc::clone(s),
+            None => {
+                let device = device(self.req, c);
+                let (step, recording) =
+                    crate::estimate::simulate_recorded(self.req.spec, &c.setup, &device).ok()?;
+                self.keep(&c.setup, step, recording)
+            }
+        };
+        let reserved = self.replay(&stepped, c.alloc);
+        let e = crate::estimate::summarize(
+            self.req.spec,
+            &c.setup,
+            stepped.step.clone(),
+            Some(reserved),
+        );
         let v = judge(self.req, &e);
         Some((e, v))
+    }
+
+    /// The caching allocator's replay of a stream under `conf`, or an equal stream's.
+    fn replay(&mut self, stepped: &Rc<Stepped>, conf: AllocConf) -> Reserved {
+        let key = (stepped.fingerprint, conf);
+        if let Some(done) = self.replays.get(&key) {
+            for (other, reserved) in done {
+                if Rc::ptr_eq(other, stepped) || other.recording == stepped.recording {
+                    self.stats.replays_shared += 1;
+                    return *reserved;
+                }
+            }
+        }
+        let reserved = crate::allocator::replay(&stepped.recording, conf);
+        if stepped.kept {
+            self.replays.entry(key).or_default().push((Rc::clone(stepped), reserved));
+        }
+        reserved
     }
 
     /// The config at a micro-batch, with the accumulation that keeps the global batch.

@@ -424,11 +424,20 @@ fn the_activation_bound_changes_no_plan() {
         assert_eq!(b.activation_simulations, 0, "{label}");
         refined |= !fast.closest.is_empty();
         eprintln!("{label}: {f:?}\n  before {b:?}");
+        // Every plan has the numbers of a full estimate of its setup, though the search
+        // simulated its step once and replayed an equal stream once.
+        for p in fast.plans.iter().chain(&fast.closest) {
+            let device = search::device(req, &p.config);
+            let e = crate::estimate::estimate_on(req.spec, &p.config.setup, &device).unwrap();
+            assert_eq!(e, p.estimate, "{label}");
+        }
     }
     assert!(refined, "a case where nothing fits");
-    // The sharded case's plans shard.
+    // The sharded case's plans shard; configurations that differ only where the allocator
+    // sees no difference share their replays.
     let sharded = plan(&cases[2].1).unwrap();
     assert!(!sharded.plans.is_empty());
+    assert!(sharded.stats.replays_shared > 0, "{:?}", sharded.stats);
     assert!(sharded.plans.iter().any(|p| p.config.setup.parallel.strategy.shards_parameters()));
 }
 
