@@ -8,6 +8,9 @@
 static MODELS: &[(&str, &str)] = &[
     ("bert-base-uncased", include_str!("../data/models/bert-base-uncased.json")),
     ("bert-large-uncased", include_str!("../data/models/bert-large-uncased.json")),
+    ("deepseek-v2", include_str!("../data/models/deepseek-v2.json")),
+    ("deepseek-v2-lite", include_str!("../data/models/deepseek-v2-lite.json")),
+    ("deepseek-v3", include_str!("../data/models/deepseek-v3.json")),
     ("gemma-2-2b", include_str!("../data/models/gemma-2-2b.json")),
     ("gemma-2-9b", include_str!("../data/models/gemma-2-9b.json")),
     ("gemma-2b", include_str!("../data/models/gemma-2b.json")),

@@ -99,6 +99,7 @@ impl Hint for ConfigError {
             ConfigError::WrongType { field, .. }
             | ConfigError::OutOfRange { field, .. }
             | ConfigError::NotDivisible { field, .. }
+            | ConfigError::Inconsistent { field, .. }
             | ConfigError::UnknownActivation { field, .. } => {
                 format!("check '{field}' against the model's published config.json")
             }
