@@ -97,8 +97,10 @@ pub(super) fn attention(
         g.drop(probs.id);
     }
     let pd = consume(g, pq, |g, pq| dropout(g, cx, pq, dropout_p))?;
-    // (The CPU's math kernel keeps its fp32 probabilities for `@ v`: no 16-bit round trip.)
-    let upcast = math && cx.device.math_kernel_upcasts;
+    // The CPU's math kernel keeps its fp32 probabilities for `@ v`: no 16-bit round trip
+    // (oracle-checked for latent attention; the other architectures keep the round trip
+    // their golden estimates were written with until their own cases check it).
+    let upcast = math && cx.device.math_kernel_upcasts && s.mla.is_some();
     let (pc, pcp) = if upcast { (pd, false) } else { to(g, pd, mm_dt)? };
     let (vc, vcp) =
         to(g, v, if math && cx.device.math_kernel_upcasts { DType::F32 } else { mm_dt })?;
