@@ -202,6 +202,9 @@ impl Hint for PeftError {
             }
             PeftError::UnknownSkipModule { available, .. } => format!("use some of: {available}"),
             PeftError::DoraQuantized => "drop --use-dora, or estimate DoRA on the unquantised base".into(),
+            PeftError::ExpertAdapters(_) => {
+                "name the linear modules to adapt, e.g. --lora-targets q_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj".into()
+            }
             PeftError::QuantizationSharded(_) => {
                 "use one GPU or --strategy ddp with --quantization".into()
             }

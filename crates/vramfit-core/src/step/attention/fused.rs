@@ -3,6 +3,7 @@
 
 use super::{Kernel, Shape, qk_heads_contiguous, sdpa_gets_mask};
 use crate::graph::{Grad, Graph};
+use crate::setup::Attention;
 use crate::step::ops::{new, to};
 use crate::step::{Context, Result, Tensor, mul};
 
@@ -50,7 +51,10 @@ pub(super) fn attention(
     // the memory-efficient kernel always writes `[B, S, H, D]`. A query made contiguous in
     // `[B, H, S, D]` (by NeoX's partial-rotary `cat`) makes the `transpose(1, 2).reshape(...)`
     // before the output projection a copy of a flash kernel's output.
-    if qk_heads_contiguous(s) && kernel == Kernel::Flash {
+    // (transformers' `flash_attention_2` on latent attention hands the kernel transposed
+    // views and crops its `[B, S, H, D]` output itself.)
+    let hf_flash_mla = s.mla.is_some() && cx.setup.attention == Attention::Flash;
+    if qk_heads_contiguous(s) && kernel == Kernel::Flash && !hf_flash_mla {
         let copy = new(g, out.dtype, out.numel)?;
         g.record(&[copy.id], &[], &[Grad::Pass(out.id)]);
         g.drop(out.id);

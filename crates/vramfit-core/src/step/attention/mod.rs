@@ -14,6 +14,7 @@ use crate::setup::Attention;
 use crate::units::DType;
 
 /// The sizes every kernel needs.
+#[derive(Clone, Copy)]
 struct Shape {
     b: u64,
     seq: u64,
@@ -74,7 +75,22 @@ pub(super) fn attention_core(
         k_rep: k_rep || cx.kv_cache,
         v_rep: v_rep || cx.kv_cache,
     };
+    // transformers' `flash_attention_2` pads a narrower value head up to the query's
+    // (`F.pad`, a new `[B, S, H, D]` tensor), then crops the output, a strided view that the
+    // `reshape(...).contiguous()` before `o_proj` copies.
+    let padded = cx.setup.attention == Attention::Flash && out_numel != q_numel;
     let out = match kernel {
+        Kernel::Flash if padded => {
+            let vp = new(g, v.dtype, q_numel)?;
+            g.record(&[vp.id], &[], &[Grad::New(v.id, v.bytes())]);
+            let wide = Shape { out_numel: q_numel, ..shape };
+            let full = fused::attention(g, cx, &wide, q, k, vp, kernel)?;
+            g.drop(vp.id);
+            let out = new(g, full.dtype, out_numel)?;
+            g.record(&[out.id], &[], &[Grad::New(full.id, full.bytes())]);
+            g.drop(full.id);
+            out
+        }
         Kernel::Flash | Kernel::Efficient => fused::attention(g, cx, &shape, q, k, v, kernel)?,
         Kernel::Math | Kernel::Eager => math::attention(g, cx, &shape, q, k, v, kernel)?,
     };
