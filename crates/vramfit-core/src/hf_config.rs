@@ -118,6 +118,8 @@ pub struct RawConfig {
     pub topk_method: Option<String>,
     /// `rope_interleave` (DeepSeek-V3: interleaved rotary pairs).
     pub rope_interleave: Option<bool>,
+    /// `quantization_config.quant_method` (DeepSeek-V3's checkpoint: `fp8`).
+    pub quant_method: Option<String>,
 }
 
 fn field<'a>(
@@ -259,6 +261,10 @@ impl RawConfig {
             topk_group: uint(map, &["topk_group"])?,
             topk_method: string(map, &["topk_method"])?,
             rope_interleave: boolean(map, &["rope_interleave"])?,
+            quant_method: match map.get("quantization_config") {
+                Some(Value::Object(q)) => string(q, &["quant_method"])?,
+                _ => None,
+            },
         })
     }
 }

@@ -701,4 +701,59 @@ mod tests {
             assert_eq!(layout.before[0].matmul, s.tied_embeddings, "{name}");
         }
     }
+
+    /// DeepSeek's layouts against transformers 5.24's counts (`sum(p.numel())` on the meta
+    /// device): the low-rank query with biases, dense first layers, no shared experts, MLP
+    /// biases; V3's fp32 `e_score_correction_bias` per sparse layer.
+    #[test]
+    fn deepseek_variants_count_as_transformers_builds_them() {
+        use serde_json::json;
+        let count = |name, overrides: &[(&str, serde_json::Value)]| {
+            spec(name, overrides).parameter_layout().parameter_count().unwrap()
+        };
+        let q_lora = [
+            ("q_lora_rank", json!(768)),
+            ("attention_bias", json!(true)),
+            ("num_hidden_layers", json!(4)),
+        ];
+        assert_eq!(count("deepseek-v2-lite", &q_lora), 2_245_562_624);
+        let dense = [("num_hidden_layers", json!(7)), ("first_k_dense_replace", json!(5))];
+        assert_eq!(count("deepseek-v3", &dense), 27_785_354_240);
+        let v3 = spec("deepseek-v3", &dense).parameter_layout();
+        let bias = v3.buffers.iter().find(|b| b.name.contains("e_score")).expect("the buffer");
+        assert_eq!((bias.numel, bias.dtype), (2 * 256, Some(crate::units::DType::F32)));
+        let unshared = [
+            ("num_hidden_layers", json!(3)),
+            ("mlp_bias", json!(true)),
+            ("n_shared_experts", json!(0)),
+        ];
+        assert_eq!(count("deepseek-v2", &unshared), 9_236_463_616);
+        let all_sparse = [
+            ("num_hidden_layers", json!(3)),
+            ("first_k_dense_replace", json!(0)),
+            ("vocab_size", json!(1000)),
+        ];
+        assert_eq!(count("deepseek-v2-lite", &all_sparse), 1_758_641_664);
+        check_layer_names(
+            "deepseek-v3",
+            &[("first_k_dense_replace", json!(0))],
+            &[
+                "input_layernorm.weight",
+                "q_a_proj.weight",
+                "q_a_layernorm.weight",
+                "q_b_proj.weight",
+                "kv_a_proj_with_mqa.weight",
+                "kv_a_layernorm.weight",
+                "kv_b_proj.weight",
+                "o_proj.weight",
+                "post_attention_layernorm.weight",
+                "gate.weight",
+                "experts.gate_up_proj",
+                "experts.down_proj",
+                "shared_experts.gate_proj.weight",
+                "shared_experts.up_proj.weight",
+                "shared_experts.down_proj.weight",
+            ],
+        );
+    }
 }

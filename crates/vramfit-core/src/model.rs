@@ -528,6 +528,9 @@ pub struct ModelSpec {
     pub use_cache: Option<bool>,
     /// Multi-head latent attention (DeepSeek), if the model has it.
     pub mla: Option<Mla>,
+    /// The checkpoint is stored in fp8 (`quantization_config.quant_method` `fp8`): the
+    /// estimate takes its weights dequantised, in the training precision.
+    pub fp8_checkpoint: bool,
 }
 
 /// A `config.json` that cannot be turned into a [`ModelSpec`].
@@ -786,8 +789,9 @@ fn deepseek_moe(
             }
         }
     };
-    let shared = (shared > 0).then(|| width.saturating_mul(shared));
-    Ok((router, shared, first_k))
+    // (`n_shared_experts: 0` still builds the shared MLP, zero wide: with `mlp_bias` its
+    // down projection keeps a bias.)
+    Ok((router, Some(width.saturating_mul(shared)), first_k))
 }
 
 fn in_range(value: u64, field: &'static str, min: u64, max: u64) -> Result<u64, ConfigError> {
@@ -1151,6 +1155,7 @@ impl ModelSpec {
                 CacheRule::Never => None,
             },
             mla,
+            fp8_checkpoint: raw.quant_method.as_deref() == Some("fp8"),
         };
         // Reject shapes whose parameter count overflows before anyone multiplies by a batch.
         spec.checked_parameter_count().ok_or(ConfigError::Overflow)?;

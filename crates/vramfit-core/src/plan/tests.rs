@@ -260,7 +260,10 @@ mod bounds {
                 attention,
                 checkpointing,
                 loss,
-                lora: lora.then(super::super::lever::default_lora),
+                // (The planner offers no all-linear LoRA where PEFT would adapt the experts.)
+                lora: (lora
+                    && !crate::peft::default_targets_adapt_experts(&spec.parameter_layout()))
+                .then(super::super::lever::default_lora),
                 grad_accum: accum,
                 ..TrainSetup::default()
             };
