@@ -30,6 +30,7 @@ static MODELS: &[(&str, &str)] = &[
     ("mistral-7b", include_str!("../data/models/mistral-7b.json")),
     ("mixtral-8x7b", include_str!("../data/models/mixtral-8x7b.json")),
     ("modernbert-base", include_str!("../data/models/modernbert-base.json")),
+    ("moonlight-16b-a3b", include_str!("../data/models/moonlight-16b-a3b.json")),
     ("olmo-2-13b", include_str!("../data/models/olmo-2-13b.json")),
     ("olmo-2-7b", include_str!("../data/models/olmo-2-7b.json")),
     ("phi-3-mini", include_str!("../data/models/phi-3-mini.json")),

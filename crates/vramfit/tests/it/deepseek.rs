@@ -13,6 +13,7 @@ fn catalog_models_have_transformers_parameter_counts() {
         ("deepseek-v2-lite", 15_706_484_224u64),
         ("deepseek-ai/DeepSeek-V2", 235_741_434_880),
         ("deepseek-v3", 671_026_404_352),
+        ("moonshotai/Moonlight-16B-A3B", 15_960_108_544),
     ] {
         let j = json(&["--model", model, "--batch", "1", "--seq-len", "512", "--gpu", "h100-80gb"]);
         assert_eq!(j["parameters"], count, "{model}");
