@@ -8,6 +8,9 @@
 static MODELS: &[(&str, &str)] = &[
     ("bert-base-uncased", include_str!("../data/models/bert-base-uncased.json")),
     ("bert-large-uncased", include_str!("../data/models/bert-large-uncased.json")),
+    ("deepseek-v2", include_str!("../data/models/deepseek-v2.json")),
+    ("deepseek-v2-lite", include_str!("../data/models/deepseek-v2-lite.json")),
+    ("deepseek-v3", include_str!("../data/models/deepseek-v3.json")),
     ("gemma-2-2b", include_str!("../data/models/gemma-2-2b.json")),
     ("gemma-2-9b", include_str!("../data/models/gemma-2-9b.json")),
     ("gemma-2b", include_str!("../data/models/gemma-2b.json")),
@@ -27,6 +30,7 @@ static MODELS: &[(&str, &str)] = &[
     ("mistral-7b", include_str!("../data/models/mistral-7b.json")),
     ("mixtral-8x7b", include_str!("../data/models/mixtral-8x7b.json")),
     ("modernbert-base", include_str!("../data/models/modernbert-base.json")),
+    ("moonlight-16b-a3b", include_str!("../data/models/moonlight-16b-a3b.json")),
     ("olmo-2-13b", include_str!("../data/models/olmo-2-13b.json")),
     ("olmo-2-7b", include_str!("../data/models/olmo-2-7b.json")),
     ("phi-3-mini", include_str!("../data/models/phi-3-mini.json")),

@@ -43,7 +43,7 @@ pub struct RawConfig {
     pub attention_bias: Option<bool>,
     /// `mlp_bias`.
     pub mlp_bias: Option<bool>,
-    /// `num_local_experts` / `num_experts`.
+    /// `num_local_experts` / `num_experts` / `n_routed_experts` (DeepSeek).
     pub num_local_experts: Option<u64>,
     /// `num_experts_per_tok`.
     pub num_experts_per_tok: Option<u64>,
@@ -96,6 +96,32 @@ pub struct RawConfig {
     /// `global_attn_every_n_layers` (ModernBERT: layers `0, n, 2n, ...` attend globally, the
     /// others within a sliding window).
     pub global_attn_every_n_layers: Option<u64>,
+    /// `q_lora_rank` (DeepSeek: the query's low-rank width; `null` for a plain `q_proj`).
+    pub q_lora_rank: Option<u64>,
+    /// `q_lora_rank` is written as `null` (DeepSeek: a plain `q_proj`, not the class default).
+    pub q_lora_rank_null: bool,
+    /// `kv_lora_rank` (DeepSeek: the compressed key/value latent's width).
+    pub kv_lora_rank: Option<u64>,
+    /// `qk_nope_head_dim` (DeepSeek: the part of a query/key head without rotary).
+    pub qk_nope_head_dim: Option<u64>,
+    /// `qk_rope_head_dim` (DeepSeek: the rotary part of a query/key head).
+    pub qk_rope_head_dim: Option<u64>,
+    /// `v_head_dim` (DeepSeek: a value head's width).
+    pub v_head_dim: Option<u64>,
+    /// `n_shared_experts` (DeepSeek: shared experts, each `moe_intermediate_size` wide).
+    pub n_shared_experts: Option<u64>,
+    /// `first_k_dense_replace` (DeepSeek: the first k layers have the dense MLP).
+    pub first_k_dense_replace: Option<u64>,
+    /// `n_group` (DeepSeek: expert groups of the group-limited routing).
+    pub n_group: Option<u64>,
+    /// `topk_group` (DeepSeek: groups each token may use).
+    pub topk_group: Option<u64>,
+    /// `topk_method` (DeepSeek-V2: `greedy` or `group_limited_greedy`).
+    pub topk_method: Option<String>,
+    /// `rope_interleave` (DeepSeek-V3: interleaved rotary pairs).
+    pub rope_interleave: Option<bool>,
+    /// `quantization_config.quant_method` (DeepSeek-V3's checkpoint: `fp8`).
+    pub quant_method: Option<String>,
 }
 
 fn field<'a>(
@@ -191,7 +217,10 @@ impl RawConfig {
             tie_word_embeddings: boolean(map, &["tie_word_embeddings"])?,
             attention_bias: boolean(map, &["attention_bias"])?,
             mlp_bias: boolean(map, &["mlp_bias"])?,
-            num_local_experts: uint(map, &["num_local_experts", "num_experts"])?,
+            num_local_experts: uint(
+                map,
+                &["num_local_experts", "num_experts", "n_routed_experts"],
+            )?,
             num_experts_per_tok: uint(map, &["num_experts_per_tok"])?,
             moe_intermediate_size: uint(map, &["moe_intermediate_size"])?,
             shared_expert_intermediate_size: uint(map, &["shared_expert_intermediate_size"])?,
@@ -223,6 +252,22 @@ impl RawConfig {
             classifier_bias: boolean(map, &["classifier_bias"])?,
             classifier_pooling: string(map, &["classifier_pooling"])?,
             global_attn_every_n_layers: uint(map, &["global_attn_every_n_layers"])?,
+            q_lora_rank: uint(map, &["q_lora_rank"])?,
+            q_lora_rank_null: map.get("q_lora_rank") == Some(&Value::Null),
+            kv_lora_rank: uint(map, &["kv_lora_rank"])?,
+            qk_nope_head_dim: uint(map, &["qk_nope_head_dim"])?,
+            qk_rope_head_dim: uint(map, &["qk_rope_head_dim"])?,
+            v_head_dim: uint(map, &["v_head_dim"])?,
+            n_shared_experts: uint(map, &["n_shared_experts"])?,
+            first_k_dense_replace: uint(map, &["first_k_dense_replace"])?,
+            n_group: uint(map, &["n_group"])?,
+            topk_group: uint(map, &["topk_group"])?,
+            topk_method: string(map, &["topk_method"])?,
+            rope_interleave: boolean(map, &["rope_interleave"])?,
+            quant_method: match map.get("quantization_config") {
+                Some(Value::Object(q)) => string(q, &["quant_method"])?,
+                _ => None,
+            },
         })
     }
 }

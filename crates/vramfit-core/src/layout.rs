@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use crate::model::{Head, ModelSpec, Norm, Pooling, Positions};
+use crate::model::{Head, ModelSpec, Moe, Norm, Pooling, Positions, Router};
 use crate::units::DType;
 
 /// A parameter's shape, as far as memory is concerned.
@@ -277,7 +277,45 @@ impl ModelSpec {
         if self.input_norms {
             norm(&mut layer, self, Slot::Norm1, "input_layernorm.weight", h);
         }
-        if self.fused_qkv {
+        if let Some(mla) = self.mla {
+            // DeepseekV2Attention / DeepseekV3Attention, in the order the forward uses them
+            // (the step reads the `Qkv` weights and the two latent norms in this order).
+            let heads = self.n_heads;
+            let latent_norm = |name, len| ParameterDecl {
+                slot: Slot::QkNorm,
+                name,
+                shape: Shape::Vector { len },
+                matmul: false,
+                trains: true,
+            };
+            match mla.q_lora_rank {
+                None => layer.push(matrix(Slot::Qkv, "q_proj.weight", h, q)),
+                Some(r) => {
+                    layer.push(matrix(Slot::Qkv, "q_a_proj.weight", h, r));
+                    if self.qkv_bias {
+                        layer.push(bias(Slot::QkvBias, "q_a_proj.bias", r));
+                    }
+                    layer.push(latent_norm("q_a_layernorm.weight", r));
+                    layer.push(matrix(Slot::Qkv, "q_b_proj.weight", r, q));
+                }
+            }
+            let latent = mla.kv_lora_rank + mla.qk_rope_head_dim;
+            layer.push(matrix(Slot::Qkv, "kv_a_proj_with_mqa.weight", h, latent));
+            if self.qkv_bias {
+                layer.push(bias(Slot::QkvBias, "kv_a_proj_with_mqa.bias", latent));
+            }
+            layer.push(latent_norm("kv_a_layernorm.weight", mla.kv_lora_rank));
+            layer.push(matrix(
+                Slot::Qkv,
+                "kv_b_proj.weight",
+                mla.kv_lora_rank,
+                wide(heads, mla.qk_nope_head_dim + mla.v_head_dim),
+            ));
+            layer.push(matrix(Slot::O, "o_proj.weight", wide(heads, mla.v_head_dim), h));
+            if self.o_bias {
+                layer.push(bias(Slot::OBias, "o_proj.bias", h));
+            }
+        } else if self.fused_qkv {
             layer.push(matrix(Slot::Qkv, "qkv_proj.weight", h, q + 2 * kv));
             if self.qkv_bias {
                 layer.push(bias(Slot::QkvBias, "qkv_proj.bias", q + 2 * kv));
@@ -307,9 +345,11 @@ impl ModelSpec {
                 });
             }
         }
-        layer.push(matrix(Slot::O, "o_proj.weight", q, h));
-        if self.o_bias {
-            layer.push(bias(Slot::OBias, "o_proj.bias", h));
+        if self.mla.is_none() {
+            layer.push(matrix(Slot::O, "o_proj.weight", q, h));
+            if self.o_bias {
+                layer.push(bias(Slot::OBias, "o_proj.bias", h));
+            }
         }
         if self.input_norms {
             norm(&mut layer, self, Slot::Norm2, "post_attention_layernorm.weight", h);
@@ -330,14 +370,30 @@ impl ModelSpec {
             // `grouped_mm` (no autocast: not a matmul autocast casts for):
             // gate_up_proj [E, 2I, H] and down_proj [E, H, I]. The router is a parameter of
             // its own module (`F.linear` on it, cast by autocast), not an `nn.Linear`.
-            layer.push(matrix(Slot::Router, "router.weight", h, m.experts));
+            // (DeepSeek's router is `gate.weight`, kept in fp32: `_keep_in_fp32_modules_strict`.)
+            let router = if m.router == Router::Softmax { "router.weight" } else { "gate.weight" };
+            layer.push(matrix(Slot::Router, router, h, m.experts));
             let expert = |name, rows, cols| ParameterDecl {
                 matmul: false,
                 ..matrix(Slot::Mlp, name, rows, cols)
             };
             layer.push(expert("experts.gate_up_proj", wide(m.experts, 2 * e), h));
             layer.push(expert("experts.down_proj", wide(m.experts, h), e));
-            if let Some(s) = m.shared_expert_intermediate_size {
+            if m.router != Router::Softmax {
+                // DeepSeek: `n_shared_experts` fused into one ungated MLP.
+                if let Some(s) = m.shared_expert_intermediate_size {
+                    for (name, bias_name, rows, cols) in [
+                        ("shared_experts.gate_proj.weight", "shared_experts.gate_proj.bias", h, s),
+                        ("shared_experts.up_proj.weight", "shared_experts.up_proj.bias", h, s),
+                        ("shared_experts.down_proj.weight", "shared_experts.down_proj.bias", s, h),
+                    ] {
+                        layer.push(matrix(Slot::SharedExpert, name, rows, cols));
+                        if self.mlp_bias {
+                            layer.push(bias(Slot::MlpBias, bias_name, cols));
+                        }
+                    }
+                }
+            } else if let Some(s) = m.shared_expert_intermediate_size {
                 layer.push(matrix(Slot::SharedExpert, "shared_expert.gate_proj.weight", h, s));
                 layer.push(matrix(Slot::SharedExpert, "shared_expert.up_proj.weight", h, s));
                 layer.push(matrix(Slot::SharedExpert, "shared_expert.down_proj.weight", s, h));
@@ -414,6 +470,15 @@ impl ModelSpec {
                 name: "rotary_emb.inv_freq",
                 numel: dims / 2 * 2 * self.rotary_inv_freq_pairs(),
                 dtype: None,
+            });
+        }
+        if let Some(Moe { experts, router: Router::DeepseekSigmoid { .. }, .. }) = self.moe {
+            // DeepSeek-V3's `e_score_correction_bias`, fp32, one per sparse layer.
+            let sparse = self.n_layers.saturating_sub(self.dense_mlp_layers.len() as u64);
+            buffers.push(BufferDecl {
+                name: "mlp.gate.e_score_correction_bias",
+                numel: experts.saturating_mul(sparse),
+                dtype: Some(DType::F32),
             });
         }
         if self.id_buffers
@@ -657,5 +722,60 @@ mod tests {
             assert_eq!(heads, usize::from(!s.tied_embeddings), "{name}");
             assert_eq!(layout.before[0].matmul, s.tied_embeddings, "{name}");
         }
+    }
+
+    /// DeepSeek's layouts against transformers 5.24's counts (`sum(p.numel())` on the meta
+    /// device): the low-rank query with biases, dense first layers, no shared experts, MLP
+    /// biases; V3's fp32 `e_score_correction_bias` per sparse layer.
+    #[test]
+    fn deepseek_variants_count_as_transformers_builds_them() {
+        use serde_json::json;
+        let count = |name, overrides: &[(&str, serde_json::Value)]| {
+            spec(name, overrides).parameter_layout().parameter_count().unwrap()
+        };
+        let q_lora = [
+            ("q_lora_rank", json!(768)),
+            ("attention_bias", json!(true)),
+            ("num_hidden_layers", json!(4)),
+        ];
+        assert_eq!(count("deepseek-v2-lite", &q_lora), 2_245_562_624);
+        let dense = [("num_hidden_layers", json!(7)), ("first_k_dense_replace", json!(5))];
+        assert_eq!(count("deepseek-v3", &dense), 27_785_354_240);
+        let v3 = spec("deepseek-v3", &dense).parameter_layout();
+        let bias = v3.buffers.iter().find(|b| b.name.contains("e_score")).expect("the buffer");
+        assert_eq!((bias.numel, bias.dtype), (2 * 256, Some(crate::units::DType::F32)));
+        let unshared = [
+            ("num_hidden_layers", json!(3)),
+            ("mlp_bias", json!(true)),
+            ("n_shared_experts", json!(0)),
+        ];
+        assert_eq!(count("deepseek-v2", &unshared), 9_236_463_616);
+        let all_sparse = [
+            ("num_hidden_layers", json!(3)),
+            ("first_k_dense_replace", json!(0)),
+            ("vocab_size", json!(1000)),
+        ];
+        assert_eq!(count("deepseek-v2-lite", &all_sparse), 1_758_641_664);
+        check_layer_names(
+            "deepseek-v3",
+            &[("first_k_dense_replace", json!(0))],
+            &[
+                "input_layernorm.weight",
+                "q_a_proj.weight",
+                "q_a_layernorm.weight",
+                "q_b_proj.weight",
+                "kv_a_proj_with_mqa.weight",
+                "kv_a_layernorm.weight",
+                "kv_b_proj.weight",
+                "o_proj.weight",
+                "post_attention_layernorm.weight",
+                "gate.weight",
+                "experts.gate_up_proj",
+                "experts.down_proj",
+                "shared_experts.gate_proj.weight",
+                "shared_experts.up_proj.weight",
+                "shared_experts.down_proj.weight",
+            ],
+        );
     }
 }

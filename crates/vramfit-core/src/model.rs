@@ -10,8 +10,8 @@ use std::fmt;
 use serde::Serialize;
 
 use self::architecture::{
-    BiasRule, CacheRule, ClassifierDropoutRule, EmbeddingDropoutRule, ExpertWidthRule, HeadDimRule,
-    LocalLayerRule, NormTopKRule, PositionRule, traits,
+    BiasRule, CacheRule, ClassifierDropoutRule, DeepseekMoeRule, EmbeddingDropoutRule,
+    ExpertWidthRule, HeadDimRule, LocalLayerRule, MlaRule, NormTopKRule, PositionRule, traits,
 };
 use crate::hf_config::RawConfig;
 
@@ -56,11 +56,16 @@ pub enum Architecture {
     /// ModernBERT (pre-norm encoder, GeGLU, rotary, alternating global and sliding-window
     /// attention).
     ModernBert,
+    /// DeepSeek-V2 (multi-head latent attention, dense first layers, shared experts, softmax
+    /// routing).
+    DeepseekV2,
+    /// DeepSeek-V3 (V2's attention with interleaved rotary, sigmoid routing with a bias).
+    DeepseekV3,
 }
 
 impl Architecture {
     /// Every supported architecture.
-    pub const ALL: [Architecture; 17] = [
+    pub const ALL: [Architecture; 19] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Mixtral,
@@ -78,6 +83,8 @@ impl Architecture {
         Architecture::Qwen2Moe,
         Architecture::Qwen3Moe,
         Architecture::ModernBert,
+        Architecture::DeepseekV2,
+        Architecture::DeepseekV3,
     ];
 
     /// The `model_type` string of `config.json`.
@@ -100,6 +107,8 @@ impl Architecture {
             Architecture::Qwen2Moe => "qwen2_moe",
             Architecture::Qwen3Moe => "qwen3_moe",
             Architecture::ModernBert => "modernbert",
+            Architecture::DeepseekV2 => "deepseek_v2",
+            Architecture::DeepseekV3 => "deepseek_v3",
         }
     }
 
@@ -338,6 +347,55 @@ pub struct Moe {
     /// The width of a shared expert every token goes through, scaled by
     /// `sigmoid(shared_expert_gate(x))` (Qwen2-MoE); `None` without one.
     pub shared_expert_intermediate_size: Option<u64>,
+    /// The router.
+    pub router: Router,
+}
+
+/// How a mixture of experts routes its tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Router {
+    /// An `[experts, hidden]` linear, softmax in fp32, top-k (Mixtral, Qwen-MoE).
+    Softmax,
+    /// DeepSeek-V2's `DeepseekV2TopkRouter`: an fp32 weight and fp32 logits, softmax, top-k
+    /// (greedy, or group-limited: the best `topk_group` of `groups` groups by their maximum),
+    /// times `routed_scaling_factor`; the shared experts are ungated.
+    DeepseekSoftmax {
+        /// `(n_group, topk_group)` when `topk_method` is `group_limited_greedy`.
+        groups: Option<(u64, u64)>,
+    },
+    /// DeepSeek-V3's `DeepseekV3TopkRouter`: an fp32 weight, sigmoid scores plus the fp32
+    /// `e_score_correction_bias` buffer, the best `topk_group` of `groups` groups (by the sum
+    /// of their top 2), top-k, gathered, renormalised, times `routed_scaling_factor`.
+    DeepseekSigmoid {
+        /// `n_group`.
+        groups: u64,
+        /// `topk_group`.
+        topk_group: u64,
+    },
+}
+
+/// Multi-head latent attention (DeepSeek-V2/V3): q through `q_proj`, or the low-rank
+/// `q_a_proj` → `q_a_layernorm` → `q_b_proj`; keys and values from a compressed latent
+/// (`kv_a_proj_with_mqa` → `kv_lora_rank` + a shared rotary key of `qk_rope_head_dim`,
+/// `kv_a_layernorm`, `kv_b_proj` to every head's no-rotary key and value). A query/key head
+/// is `qk_nope_head_dim + qk_rope_head_dim` wide (the spec's `head_dim`), a value head
+/// `v_head_dim`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct Mla {
+    /// `q_lora_rank` (`None`: one `q_proj`).
+    pub q_lora_rank: Option<u64>,
+    /// `kv_lora_rank`.
+    pub kv_lora_rank: u64,
+    /// `qk_nope_head_dim`.
+    pub qk_nope_head_dim: u64,
+    /// `qk_rope_head_dim`.
+    pub qk_rope_head_dim: u64,
+    /// `v_head_dim`.
+    pub v_head_dim: u64,
+    /// V3's interleaved rotary (real arithmetic on even/odd halves) rather than V2's
+    /// complex-number rotary (`view_as_complex` of an fp32 copy).
+    pub rope_interleave: bool,
 }
 
 /// Local attention layers (Gemma 3's `sliding_attention` layers).
@@ -483,6 +541,11 @@ pub struct ModelSpec {
     /// here), or `None` for an encoder, which never builds one. Gradient checkpointing turns
     /// it off.
     pub use_cache: Option<bool>,
+    /// Multi-head latent attention (DeepSeek), if the model has it.
+    pub mla: Option<Mla>,
+    /// The checkpoint is stored in fp8 (`quantization_config.quant_method` `fp8`): the
+    /// estimate takes its weights dequantised, in the training precision.
+    pub fp8_checkpoint: bool,
 }
 
 /// A `config.json` that cannot be turned into a [`ModelSpec`].
@@ -566,6 +629,16 @@ pub enum ConfigError {
     /// The parameter count overflows 64 bits.
     #[error("the model's parameter count overflows 64 bits")]
     Overflow,
+    /// A value that contradicts the model's other sizes.
+    #[error("field '{field}' = {value} {why}")]
+    Inconsistent {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: u64,
+        /// What it contradicts.
+        why: &'static str,
+    },
 }
 
 pub(crate) const MAX_VOCAB: u64 = 1 << 24;
@@ -636,6 +709,104 @@ fn local_layers(
         global_layers: n_layers - local_layers,
     });
     Ok((kinds, sliding))
+}
+
+/// Multi-head latent attention's sizes: each within range, the rotary part an even width
+/// (its pairs rotate together), keys and values at the query head count.
+fn mla(raw: &RawConfig, rule: MlaRule, n_heads: u64, n_kv_heads: u64) -> Result<Mla, ConfigError> {
+    let size =
+        |v: Option<u64>, default: u64, field| in_range(v.unwrap_or(default), field, 1, MAX_HIDDEN);
+    // `q_lora_rank: null` is a plain `q_proj`; an absent key takes the class default.
+    let q_lora_rank = match (raw.q_lora_rank, rule.q_lora_rank) {
+        (Some(r), _) => Some(in_range(r, "q_lora_rank", 1, MAX_HIDDEN)?),
+        (None, _) if raw.q_lora_rank_null => None,
+        (None, default) => default,
+    };
+    let qk_rope_head_dim = size(raw.qk_rope_head_dim, rule.qk_rope_head_dim, "qk_rope_head_dim")?;
+    if !qk_rope_head_dim.is_multiple_of(2) {
+        return Err(ConfigError::Inconsistent {
+            field: "qk_rope_head_dim",
+            value: qk_rope_head_dim,
+            why: "must be even (rotary dimensions rotate in pairs)",
+        });
+    }
+    if n_kv_heads != n_heads {
+        return Err(ConfigError::Inconsistent {
+            field: "num_key_value_heads",
+            value: n_kv_heads,
+            why: "must equal num_attention_heads (latent attention expands keys and values to every head)",
+        });
+    }
+    Ok(Mla {
+        q_lora_rank,
+        kv_lora_rank: size(raw.kv_lora_rank, rule.kv_lora_rank, "kv_lora_rank")?,
+        qk_nope_head_dim: size(raw.qk_nope_head_dim, rule.qk_nope_head_dim, "qk_nope_head_dim")?,
+        qk_rope_head_dim,
+        v_head_dim: size(raw.v_head_dim, rule.v_head_dim, "v_head_dim")?,
+        rope_interleave: rule.rope_interleave.is_some_and(|d| raw.rope_interleave.unwrap_or(d)),
+    })
+}
+
+/// DeepSeek's router, shared-expert width and dense layer count.
+fn deepseek_moe(
+    raw: &RawConfig,
+    rule: DeepseekMoeRule,
+    experts: u64,
+    top_k: u64,
+    width: u64,
+) -> Result<(Router, Option<u64>, u64), ConfigError> {
+    let shared = in_range(
+        raw.n_shared_experts.unwrap_or(rule.shared_experts),
+        "n_shared_experts",
+        0,
+        MAX_EXPERTS,
+    )?;
+    let first_k = in_range(
+        raw.first_k_dense_replace.unwrap_or(rule.first_k_dense),
+        "first_k_dense_replace",
+        0,
+        MAX_LAYERS,
+    )?;
+    let groups = |default: Option<u64>| -> Result<(u64, u64), ConfigError> {
+        let n_group = in_range(raw.n_group.or(default).unwrap_or(1), "n_group", 1, experts)?;
+        if !experts.is_multiple_of(n_group) {
+            return Err(ConfigError::NotDivisible {
+                field: "n_group",
+                value: n_group,
+                other: "n_routed_experts",
+                other_value: experts,
+            });
+        }
+        let topk_group = in_range(raw.topk_group.unwrap_or(n_group), "topk_group", 1, n_group)?;
+        if topk_group * (experts / n_group) < top_k {
+            return Err(ConfigError::Inconsistent {
+                field: "num_experts_per_tok",
+                value: top_k,
+                why: "exceeds the experts of the topk_group groups a token may use",
+            });
+        }
+        Ok((n_group, topk_group))
+    };
+    let router = if rule.sigmoid {
+        let (groups, topk_group) = groups(rule.n_group)?;
+        Router::DeepseekSigmoid { groups, topk_group }
+    } else {
+        match raw.topk_method.as_deref().unwrap_or("greedy") {
+            "greedy" => Router::DeepseekSoftmax { groups: None },
+            "group_limited_greedy" => {
+                Router::DeepseekSoftmax { groups: Some(groups(rule.n_group)?) }
+            }
+            _ => {
+                return Err(ConfigError::WrongType {
+                    field: "topk_method",
+                    expected: "'greedy' or 'group_limited_greedy'",
+                });
+            }
+        }
+    };
+    // (`n_shared_experts: 0` still builds the shared MLP, zero wide: with `mlp_bias` its
+    // down projection keeps a bias.)
+    Ok((router, Some(width.saturating_mul(shared)), first_k))
 }
 
 fn in_range(value: u64, field: &'static str, min: u64, max: u64) -> Result<u64, ConfigError> {
@@ -801,6 +972,17 @@ impl ModelSpec {
             PositionRule::Rotary => Positions::Rotary { dims: head_dim },
         };
 
+        let mla = t.mla.map(|rule| mla(raw, rule, n_heads, n_kv_heads)).transpose()?;
+        // MLA: a query/key head is `qk_nope_head_dim + qk_rope_head_dim` wide (the config's
+        // `head_dim` is the rotary part), rotary on the last `qk_rope_head_dim` of it.
+        let (head_dim, positions) = match mla {
+            Some(m) => (
+                m.qk_nope_head_dim + m.qk_rope_head_dim,
+                Positions::Rotary { dims: m.qk_rope_head_dim },
+            ),
+            None => (head_dim, positions),
+        };
+
         let (moe, dense_mlp_layers) = match t.moe {
             Some(rule) => {
                 let experts = in_range(
@@ -828,6 +1010,12 @@ impl ModelSpec {
                     NormTopKRule::Always => true,
                     NormTopKRule::Config(default) => raw.norm_topk_prob.unwrap_or(default),
                 };
+                let deepseek = match rule.deepseek {
+                    Some(d) => {
+                        Some(deepseek_moe(raw, d, experts, top_k, expert_intermediate_size)?)
+                    }
+                    None => None,
+                };
                 let shared_expert_intermediate_size = rule
                     .shared_expert
                     .map(|default| {
@@ -841,7 +1029,9 @@ impl ModelSpec {
                     .transpose()?;
                 // transformers' decoder layer: sparse when `layer not in mlp_only_layers and
                 // (layer + 1) % decoder_sparse_step == 0`.
-                let dense = if rule.sparse_layers_configured {
+                let dense = if let Some((_, _, first_k)) = deepseek {
+                    (0..first_k.min(n_layers)).collect()
+                } else if rule.sparse_layers_configured {
                     let step = in_range(
                         raw.decoder_sparse_step.unwrap_or(1),
                         "decoder_sparse_step",
@@ -859,7 +1049,11 @@ impl ModelSpec {
                     expert_intermediate_size,
                     norm_topk_prob,
                     weights_in_logits_dtype: rule.weights_in_logits_dtype,
-                    shared_expert_intermediate_size,
+                    shared_expert_intermediate_size: match deepseek {
+                        Some((_, shared, _)) => shared,
+                        None => shared_expert_intermediate_size,
+                    },
+                    router: deepseek.map_or(Router::Softmax, |(router, _, _)| router),
                 };
                 (Some(moe), dense)
             }
@@ -986,6 +1180,8 @@ impl ModelSpec {
                 CacheRule::Config(default) => Some(raw.use_cache.unwrap_or(default)),
                 CacheRule::Never => None,
             },
+            mla,
+            fp8_checkpoint: raw.quant_method.as_deref() == Some("fp8"),
         };
         // Reject shapes whose parameter count overflows before anyone multiplies by a batch.
         spec.checked_parameter_count().ok_or(ConfigError::Overflow)?;

@@ -74,6 +74,12 @@ pub enum PeftError {
     /// DoRA on a quantised base (PEFT dequantises each weight for its norm).
     #[error("--use-dora with --quantization is not modelled")]
     DoraQuantized,
+    /// `all-linear` (or PEFT's default targets) on DeepSeek: PEFT adapts the 3-D experts and
+    /// the router too.
+    #[error(
+        "--lora-targets {0} on this model: PEFT also wraps its 3-D expert tensors and its router (gate), which vramfit does not model"
+    )]
+    ExpertAdapters(&'static str),
     /// A strategy that shards parameters or casts the model itself, with a quantised base.
     #[error("--quantization with --strategy {0}: a quantised base under it is not modelled")]
     QuantizationSharded(&'static str),
@@ -430,6 +436,15 @@ fn distinct(names: impl Iterator<Item = &'static str>) -> String {
     seen.join(", ")
 }
 
+/// Whether PEFT's `all-linear` (and its default targets) adapt more than the `nn.Linear`
+/// layers: DeepSeek's MoE layers (a `gate` router beside 3-D experts), where PEFT's MoE target
+/// mapping wraps the expert tensors and the router as well (oracle-checked: 14,060,544
+/// trainable parameters for two DeepSeek-V2-Lite layers at r=16, against 1,383,424 on the
+/// linear layers alone).
+pub fn default_targets_adapt_experts(layout: &ParameterLayout) -> bool {
+    layout.layer.iter().any(|d| d.slot == Slot::Router && d.name == "gate.weight")
+}
+
 /// Checks the setup's freeze and LoRA choices against the model's layout.
 pub fn check(layout: &ParameterLayout, setup: &TrainSetup) -> Result<(), PeftError> {
     let decls = || {
@@ -441,6 +456,13 @@ pub fn check(layout: &ParameterLayout, setup: &TrainSetup) -> Result<(), PeftErr
         }
         if lora.rank == 0 || lora.rank > 1 << 16 {
             return Err(PeftError::Rank(lora.rank));
+        }
+        if default_targets_adapt_experts(layout) {
+            match lora.targets {
+                LoraTargets::AllLinear => return Err(PeftError::ExpertAdapters("all-linear")),
+                LoraTargets::PeftDefault => return Err(PeftError::ExpertAdapters("(default)")),
+                LoraTargets::Modules(_) => {}
+            }
         }
         let moe = layout.peft_moe.map(|m| m.names);
         let params = match moe {
@@ -597,6 +619,30 @@ mod tests {
             l.iter().filter(|(_, d)| adapter(lo, &l, d).is_some()).map(|(_, d)| d.name).collect();
         assert_eq!(wrapped.len(), 7 * 16);
         assert!(!wrapped.iter().any(|n| n.contains("embed") || n.contains("lm_head")));
+    }
+
+    /// DeepSeek: `all-linear` and PEFT's default targets are refused (PEFT adapts the 3-D
+    /// experts and the router); named linear modules count as PEFT counts them (two layers of
+    /// DeepSeek-V2-Lite with q_proj, kv_a_proj_with_mqa, kv_b_proj and o_proj at r=16:
+    /// 526,336 trainable, as the oracle's PEFT reports).
+    #[test]
+    fn deepseek_refuses_all_linear_and_counts_named_attention_adapters() {
+        let l = layout("deepseek-v2-lite");
+        assert!(default_targets_adapt_experts(&l));
+        assert!(!default_targets_adapt_experts(&layout("qwen1.5-moe-a2.7b")));
+        for targets in [LoraTargets::AllLinear, LoraTargets::PeftDefault] {
+            let err = check(&l, &lora(targets)).unwrap_err();
+            assert!(matches!(err, PeftError::ExpertAdapters(_)), "{err:?}");
+        }
+        let names = ["q_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj"];
+        let setup = lora(LoraTargets::Modules(names.iter().map(ToString::to_string).collect()));
+        let setup = TrainSetup {
+            lora: setup.lora.map(|l| Lora { rank: 16, ..l }),
+            ..TrainSetup::default()
+        };
+        check(&l, &setup).unwrap();
+        let (trainable, _) = parameter_counts(&l, &setup);
+        assert_eq!(trainable, 27 * 526_336 / 2);
     }
 
     #[test]

@@ -68,6 +68,9 @@ pub enum Warning {
         /// The experts' bytes over all sparse layers (one merged copy of each).
         bytes: crate::units::Bytes,
     },
+    /// The checkpoint is stored in fp8 (`quantization_config`, DeepSeek-V3): training takes the
+    /// weights dequantised, in the training precision.
+    Fp8Checkpoint,
 }
 
 impl fmt::Display for Warning {
@@ -127,6 +130,9 @@ impl fmt::Display for Warning {
                 tenths_of_percent / 10,
                 tenths_of_percent % 10
             ),
+            Warning::Fp8Checkpoint => f.write_str(
+                "the checkpoint is fp8 with block scales; the estimate takes the weights dequantised to the training precision (loaded in bf16 with FineGrainedFP8Config(dequantize=True); fp32 under mixed precision), not fp8 weights",
+            ),
         }
     }
 }
@@ -179,6 +185,9 @@ pub(crate) fn warnings(spec: &ModelSpec, setup: &TrainSetup) -> Vec<Warning> {
         && setup.lora.is_none()
     {
         w.push(Warning::PureBf16AdamState);
+    }
+    if spec.fp8_checkpoint {
+        w.push(Warning::Fp8Checkpoint);
     }
     let p = &setup.parallel;
     if p.ranks() == 1 && p.strategy != crate::parallel::Strategy::None {

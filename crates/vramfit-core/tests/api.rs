@@ -80,7 +80,7 @@ fn bad_configs_get_one_line_errors_naming_the_field() {
     check_config_error("{}", "config.json lacks the field 'model_type'");
     check_config_error(
         r#"{"model_type": "mamba"}"#,
-        "unknown model_type 'mamba' (supported: llama, mistral, mixtral, qwen2, qwen3, gemma, gemma2, gemma3_text, phi3, gpt2, gpt_neox, bert, roberta, olmo2, qwen2_moe, qwen3_moe, modernbert)",
+        "unknown model_type 'mamba' (supported: llama, mistral, mixtral, qwen2, qwen3, gemma, gemma2, gemma3_text, phi3, gpt2, gpt_neox, bert, roberta, olmo2, qwen2_moe, qwen3_moe, modernbert, deepseek_v2, deepseek_v3)",
     );
     check_config_error(
         &LLAMA.replace("\"vocab_size\": 32000,", ""),

@@ -99,6 +99,7 @@ impl Hint for ConfigError {
             ConfigError::WrongType { field, .. }
             | ConfigError::OutOfRange { field, .. }
             | ConfigError::NotDivisible { field, .. }
+            | ConfigError::Inconsistent { field, .. }
             | ConfigError::UnknownActivation { field, .. } => {
                 format!("check '{field}' against the model's published config.json")
             }
@@ -198,6 +199,9 @@ impl Hint for PeftError {
             PeftError::ComputeDtype(_) => "use --compute-dtype bf16, fp16 or fp32".into(),
             PeftError::UnknownSkipModule { available, .. } => format!("use some of: {available}"),
             PeftError::DoraQuantized => "drop --use-dora, or estimate DoRA on the unquantised base".into(),
+            PeftError::ExpertAdapters(_) => {
+                "name the linear modules to adapt, e.g. --lora-targets q_proj,kv_a_proj_with_mqa,kv_b_proj,o_proj".into()
+            }
             PeftError::QuantizationSharded(_) => {
                 "use one GPU or --strategy ddp with --quantization".into()
             }

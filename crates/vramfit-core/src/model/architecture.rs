@@ -57,6 +57,42 @@ pub(super) struct MoeRule {
     /// Which layers are sparse is read from `decoder_sparse_step` and `mlp_only_layers`
     /// (Qwen-MoE; Mixtral's layers are all sparse).
     pub(super) sparse_layers_configured: bool,
+    /// DeepSeek's MoE block, when the architecture has it.
+    pub(super) deepseek: Option<DeepseekMoeRule>,
+}
+
+/// DeepSeek's MoE block (the config class's defaults): `n_shared_experts` ungated shared
+/// experts of the expert width, the first `first_k_dense_replace` layers dense, and the
+/// router (`DeepseekV2TopkRouter`: softmax; `DeepseekV3TopkRouter`: sigmoid with the
+/// `e_score_correction_bias` buffer and grouped top-k), its weight kept in fp32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct DeepseekMoeRule {
+    /// `n_shared_experts` default.
+    pub(super) shared_experts: u64,
+    /// `first_k_dense_replace` default.
+    pub(super) first_k_dense: u64,
+    /// V3's sigmoid router (else V2's softmax).
+    pub(super) sigmoid: bool,
+    /// `n_group` default (V2: none; its `topk_method` decides whether groups are used).
+    pub(super) n_group: Option<u64>,
+}
+
+/// Multi-head latent attention (DeepSeek-V2/V3) and the config class's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct MlaRule {
+    /// `q_lora_rank` default (`None`: `q_proj`).
+    pub(super) q_lora_rank: Option<u64>,
+    /// `kv_lora_rank` default.
+    pub(super) kv_lora_rank: u64,
+    /// `qk_nope_head_dim` default.
+    pub(super) qk_nope_head_dim: u64,
+    /// `qk_rope_head_dim` default.
+    pub(super) qk_rope_head_dim: u64,
+    /// `v_head_dim` default.
+    pub(super) v_head_dim: u64,
+    /// `rope_interleave` default: `Some` when the config reads it (V3), `None` for V2's
+    /// complex-number rotary.
+    pub(super) rope_interleave: Option<bool>,
 }
 
 /// How positions enter the model.
@@ -253,6 +289,8 @@ pub(super) struct Traits {
     /// The rotary embedding upcasts q and k (`q.float()`, twice) and casts the result back to
     /// their dtype (ModernBERT), rather than multiplying in the promoted dtype.
     pub(super) rotary_upcast: bool,
+    /// Multi-head latent attention (DeepSeek) instead of q/k/v projections.
+    pub(super) mla: Option<MlaRule>,
 }
 
 /// The decoder-only Llama family's answers, the base of several arms below.
@@ -297,6 +335,7 @@ const LLAMA: Traits = Traits {
     mlm_decoder_bias: BiasRule::Always(true),
     global_every: None,
     rotary_upcast: false,
+    mla: None,
 };
 
 /// BERT and RoBERTa.
@@ -351,6 +390,7 @@ const ENCODER: Traits = Traits {
     mlm_decoder_bias: BiasRule::Always(true),
     global_every: None,
     rotary_upcast: false,
+    mla: None,
 };
 
 /// Each architecture's answers.
@@ -368,6 +408,7 @@ pub(super) fn traits(arch: Architecture) -> Traits {
                 weights_in_logits_dtype: false,
                 shared_expert: None,
                 sparse_layers_configured: false,
+                deepseek: None,
             }),
             ..LLAMA
         },
@@ -382,6 +423,7 @@ pub(super) fn traits(arch: Architecture) -> Traits {
                 weights_in_logits_dtype: true,
                 shared_expert: Some(5632),
                 sparse_layers_configured: true,
+                deepseek: None,
             }),
             ..LLAMA
         },
@@ -395,6 +437,65 @@ pub(super) fn traits(arch: Architecture) -> Traits {
                 weights_in_logits_dtype: true,
                 shared_expert: None,
                 sparse_layers_configured: true,
+                deepseek: None,
+            }),
+            ..LLAMA
+        },
+        // DeepseekV2ForCausalLM: MLA, the first `first_k_dense_replace` layers dense (default
+        // 0), softmax routing (greedy or group-limited), `n_shared_experts` shared experts.
+        A::DeepseekV2 => Traits {
+            moe: Some(MoeRule {
+                experts: 64,
+                top_k: 6,
+                width: ExpertWidthRule::MoeIntermediate(1407),
+                norm_topk_prob: NormTopKRule::Config(false),
+                weights_in_logits_dtype: false,
+                shared_expert: None,
+                sparse_layers_configured: false,
+                deepseek: Some(DeepseekMoeRule {
+                    shared_experts: 2,
+                    first_k_dense: 0,
+                    sigmoid: false,
+                    n_group: None,
+                }),
+            }),
+            mlp_bias: BiasRule::Config(false),
+            mla: Some(MlaRule {
+                q_lora_rank: Some(1536),
+                kv_lora_rank: 512,
+                qk_nope_head_dim: 128,
+                qk_rope_head_dim: 64,
+                v_head_dim: 128,
+                rope_interleave: None,
+            }),
+            ..LLAMA
+        },
+        // DeepseekV3ForCausalLM: V2's MLA with interleaved rotary pairs, sigmoid routing with
+        // a score-correction bias and grouped top-k (8 groups, 4 used), the first 3 layers
+        // dense; the multi-token-prediction layer is not built.
+        A::DeepseekV3 => Traits {
+            moe: Some(MoeRule {
+                experts: 256,
+                top_k: 8,
+                width: ExpertWidthRule::MoeIntermediate(2048),
+                norm_topk_prob: NormTopKRule::Config(true),
+                weights_in_logits_dtype: false,
+                shared_expert: None,
+                sparse_layers_configured: false,
+                deepseek: Some(DeepseekMoeRule {
+                    shared_experts: 1,
+                    first_k_dense: 3,
+                    sigmoid: true,
+                    n_group: Some(8),
+                }),
+            }),
+            mla: Some(MlaRule {
+                q_lora_rank: Some(1536),
+                kv_lora_rank: 512,
+                qk_nope_head_dim: 128,
+                qk_rope_head_dim: 64,
+                v_head_dim: 128,
+                rope_interleave: Some(true),
             }),
             ..LLAMA
         },

@@ -272,6 +272,12 @@ impl Lever {
                     (l, _) => Setting::Lora(l.clone()),
                 };
                 let mut v = vec![own];
+                // (DeepSeek: PEFT's all-linear adapts the experts too, which is not modelled.)
+                if user.lora.is_none()
+                    && crate::peft::default_targets_adapt_experts(&cx.spec.parameter_layout())
+                {
+                    return v;
+                }
                 let lora = user.lora.clone().unwrap_or_else(|| default_lora_for(cx.spec));
                 if user.lora.is_none() {
                     v.push(Setting::Lora(Some(lora.clone())));

@@ -275,7 +275,10 @@ mod bounds {
                 attention,
                 checkpointing,
                 loss,
-                lora: lora.then(|| super::super::lever::default_lora_for(&spec)),
+                // (The planner offers no all-linear LoRA where PEFT would adapt the experts.)
+                lora: (lora
+                    && !crate::peft::default_targets_adapt_experts(&spec.parameter_layout()))
+                .then(|| super::super::lever::default_lora_for(&spec)),
                 grad_accum: accum,
                 ..TrainSetup::default()
             };

@@ -8,7 +8,7 @@ use super::ops::{
 };
 use super::{Context, LayerParams, Model, Result, Tensor, mul, param_wrapper};
 use crate::graph::{Grad, Graph, ParamId};
-use crate::model::{Activation, Positions};
+use crate::model::{Activation, Positions, Router};
 use crate::units::DType;
 
 /// One transformer layer's forward; returns the new hidden state (the input stays alive for
@@ -32,6 +32,79 @@ pub(super) fn layer_forward(
     } else {
         norm(g, cx, x, &lp.norm1, n)?
     };
+    let o = match s.mla {
+        Some(m) => super::mla::attention(g, cx, lp, a_in, m)?,
+        None => qkv_attention(g, cx, lp, a_in, trig_dt)?,
+    };
+    let o = if s.sandwich_norm {
+        let y = norm(g, cx, o, &lp.sandwich[..1], n)?;
+        g.drop(o.id);
+        y
+    } else {
+        o
+    };
+    let od = consume(g, o, |g, o| dropout(g, cx, o, s.hidden_dropout))?;
+    if s.parallel_residual {
+        // NeoX: x + attn(ln1(x)) + mlp(ln2(x))
+        g.drop(a_in.id);
+        let m_in = norm(g, cx, x, &lp.norm2, n)?;
+        let mo = mlp(g, cx, lp, m_in)?;
+        g.drop(m_in.id);
+        let md = consume(g, mo, |g, mo| dropout(g, cx, mo, s.hidden_dropout))?;
+        let s1 = consume(g, md, |g, md| add(g, md, od))?;
+        g.drop(od.id);
+        let y = consume(g, s1, |g, s1| add(g, s1, x))?;
+        return Ok(y);
+    }
+    let h1 = add(g, x, od)?;
+    g.drop(od.id);
+    let h1 = if post_norm {
+        let y = norm(g, cx, h1, &lp.norm1, n)?;
+        g.drop(h1.id);
+        y
+    } else {
+        if a_in.id != x.id {
+            g.drop(a_in.id);
+        }
+        h1
+    };
+    // MLP block.
+    let m_in = if post_norm || !s.input_norms { h1 } else { norm(g, cx, h1, &lp.norm2, n)? };
+    // A mixture-of-experts model's layer is sparse when it has a router (Qwen-MoE's dense
+    // layers have the MLP).
+    let mo = if lp.router.is_some() { moe(g, cx, lp, m_in)? } else { mlp(g, cx, lp, m_in)? };
+    if m_in.id != h1.id {
+        g.drop(m_in.id);
+    }
+    let mo = if s.sandwich_norm {
+        let y = norm(g, cx, mo, &lp.sandwich[1..], n)?;
+        g.drop(mo.id);
+        y
+    } else {
+        mo
+    };
+    let md = consume(g, mo, |g, mo| dropout(g, cx, mo, s.hidden_dropout))?;
+    let y = add(g, h1, md)?;
+    g.drop(md.id);
+    g.drop(h1.id);
+    if post_norm {
+        let z = norm(g, cx, y, &lp.norm2, n)?;
+        g.drop(y.id);
+        return Ok(z);
+    }
+    Ok(y)
+}
+
+/// The attention block of a q/k/v model, from the normalised input to `o_proj`'s output.
+fn qkv_attention(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    lp: &LayerParams,
+    a_in: Tensor,
+    trig_dt: DType,
+) -> Result<Tensor> {
+    let s = cx.spec;
+    let n = cx.tokens;
     let (q, k, v) = if s.fused_qkv {
         let qkv = linear(
             g,
@@ -101,69 +174,13 @@ pub(super) fn layer_forward(
         g.drop(k.id);
         g.drop(v.id);
     }
-    let o = if s.sandwich_norm {
-        let y = norm(g, cx, o, &lp.sandwich[..1], n)?;
-        g.drop(o.id);
-        y
-    } else {
-        o
-    };
-    let od = consume(g, o, |g, o| dropout(g, cx, o, s.hidden_dropout))?;
-    if s.parallel_residual {
-        // NeoX: x + attn(ln1(x)) + mlp(ln2(x))
-        g.drop(a_in.id);
-        let m_in = norm(g, cx, x, &lp.norm2, n)?;
-        let mo = mlp(g, cx, lp, m_in)?;
-        g.drop(m_in.id);
-        let md = consume(g, mo, |g, mo| dropout(g, cx, mo, s.hidden_dropout))?;
-        let s1 = consume(g, md, |g, md| add(g, md, od))?;
-        g.drop(od.id);
-        let y = consume(g, s1, |g, s1| add(g, s1, x))?;
-        return Ok(y);
-    }
-    let h1 = add(g, x, od)?;
-    g.drop(od.id);
-    let h1 = if post_norm {
-        let y = norm(g, cx, h1, &lp.norm1, n)?;
-        g.drop(h1.id);
-        y
-    } else {
-        if a_in.id != x.id {
-            g.drop(a_in.id);
-        }
-        h1
-    };
-    // MLP block.
-    let m_in = if post_norm || !s.input_norms { h1 } else { norm(g, cx, h1, &lp.norm2, n)? };
-    // A mixture-of-experts model's layer is sparse when it has a router (Qwen-MoE's dense
-    // layers have the MLP).
-    let mo = if lp.router.is_some() { moe(g, cx, lp, m_in)? } else { mlp(g, cx, lp, m_in)? };
-    if m_in.id != h1.id {
-        g.drop(m_in.id);
-    }
-    let mo = if s.sandwich_norm {
-        let y = norm(g, cx, mo, &lp.sandwich[1..], n)?;
-        g.drop(mo.id);
-        y
-    } else {
-        mo
-    };
-    let md = consume(g, mo, |g, mo| dropout(g, cx, mo, s.hidden_dropout))?;
-    let y = add(g, h1, md)?;
-    g.drop(md.id);
-    g.drop(h1.id);
-    if post_norm {
-        let z = norm(g, cx, y, &lp.norm2, n)?;
-        g.drop(y.id);
-        return Ok(z);
-    }
-    Ok(y)
+    Ok(o)
 }
 
 /// `DynamicLayer.update`: `torch.cat([empty, x], dim=-2)`, a `[B, H, S, D]`-contiguous copy
 /// whose backward hands the gradient through; the cache keeps a reference until the model's
 /// output object goes.
-fn cached(g: &mut Graph, x: Tensor) -> Result<Tensor> {
+pub(super) fn cached(g: &mut Graph, x: Tensor) -> Result<Tensor> {
     let c = new(g, x.dtype, x.numel)?;
     g.record(&[c.id], &[], &[Grad::Pass(x.id)]);
     g.tl.retain(c.id);
@@ -248,30 +265,39 @@ pub(super) fn moe(g: &mut Graph, cx: &Context<'_>, lp: &LayerParams, x: Tensor) 
     let e = m.expert_intermediate_size;
     let tokens = cx.tokens;
     let rows = mul(tokens, m.top_k)?;
+    let deepseek = m.router != Router::Softmax;
     let shared = match m.shared_expert_intermediate_size {
-        Some(width) if lp.shared.len() == 3 => Some(mlp_expert(g, cx, x, &lp.shared, &[], width)?),
+        Some(width) if lp.shared.len() == 3 && !deepseek => {
+            Some(mlp_expert(g, cx, x, &lp.shared, &[], width)?)
+        }
         _ => None,
     };
     // `lora.ParamWrapper` adapters (PEFT on transformers 5's experts and router).
     let wrapped = |p: ParamId| cx.adapter(p).filter(|a| a.wrapper);
     // The router.
-    let logits = match wrapped(router) {
-        Some(adapter) => param_wrapper::router_linear(g, cx, x, m.experts, router, adapter)?,
-        None => linear(g, cx, x, m.experts, router, None)?,
+    let (weights, index) = if deepseek {
+        super::mla::route(g, cx, router, x, m.experts, m.top_k, m.router)?
+    } else {
+        let logits = match wrapped(router) {
+            Some(adapter) => param_wrapper::router_linear(g, cx, x, m.experts, router, adapter)?,
+            None => linear(g, cx, x, m.experts, router, None)?,
+        };
+        let (l32, copied) = to(g, logits, DType::F32)?;
+        let probs = unary(g, l32, DType::F32, Saves::Output)?;
+        if copied {
+            g.drop(l32.id);
+        }
+        // topk: fp32 values and int64 indices (saved for the values' gradient, a scatter into
+        // zeros of the probabilities' shape); the renormalisation divides in place.
+        let index = g.alloc(mul(rows, 8)?)?;
+        let top = new(g, DType::F32, rows)?;
+        g.record(&[top.id], &[index], &[Grad::New(probs.id, probs.bytes())]);
+        g.drop(probs.id);
+        let weights =
+            if m.weights_in_logits_dtype { to_replacing(g, top, logits.dtype)? } else { top };
+        g.drop(logits.id);
+        (weights, index)
     };
-    let (l32, copied) = to(g, logits, DType::F32)?;
-    let probs = unary(g, l32, DType::F32, Saves::Output)?;
-    if copied {
-        g.drop(l32.id);
-    }
-    // topk: fp32 values and int64 indices (saved for the values' gradient, a scatter into
-    // zeros of the probabilities' shape); the renormalisation divides in place.
-    let index = g.alloc(mul(rows, 8)?)?;
-    let top = new(g, DType::F32, rows)?;
-    g.record(&[top.id], &[index], &[Grad::New(probs.id, probs.bytes())]);
-    g.drop(probs.id);
-    let weights = if m.weights_in_logits_dtype { to_replacing(g, top, logits.dtype)? } else { top };
-    g.drop(logits.id);
     // The experts module is called: its wrappers activate, the outer one (`down_proj`) first.
     let down_lora = wrapped(down).map(|a| param_wrapper::activate(g, down, a)).transpose()?;
     let gate_up_lora =
@@ -365,6 +391,17 @@ pub(super) fn moe(g: &mut Graph, cx: &Context<'_>, lp: &LayerParams, x: Tensor) 
     }
     for w in merged {
         g.drop(w);
+    }
+    if deepseek {
+        // DeepSeek: `experts(...) + shared_experts(residuals)`, the shared experts ungated and
+        // run after the routed ones.
+        return match m.shared_expert_intermediate_size {
+            Some(width) if lp.shared.len() == 3 => {
+                let shared = mlp_expert(g, cx, x, &lp.shared, &lp.mlp_bias, width)?;
+                super::mla::add_shared(g, out, shared)
+            }
+            _ => Ok(out),
+        };
     }
     let Some(shared) = shared else { return Ok(out) };
     let Some(shared_gate) = lp.shared_gate else { return Ok(out) };

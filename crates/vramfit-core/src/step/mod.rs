@@ -7,6 +7,7 @@ mod attention;
 mod embeddings;
 mod head;
 mod layer;
+mod mla;
 mod ops;
 mod param_wrapper;
 mod parameters;

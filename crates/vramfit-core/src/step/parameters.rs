@@ -143,7 +143,12 @@ pub(crate) fn build_model(
             assign(&mut model, layer, decl.slot, id);
             continue;
         }
-        let id = g.add_param(numel, cx.param_dtype, trains, cast)?;
+        // DeepSeek's router weight stays fp32 whatever the model's dtype
+        // (`_keep_in_fp32_modules_strict`).
+        let fp32_router = decl.slot == crate::layout::Slot::Router
+            && cx.spec.moe.is_some_and(|m| m.router != crate::model::Router::Softmax);
+        let dtype = if fp32_router { DType::F32 } else { cx.param_dtype };
+        let id = g.add_param(numel, dtype, trains, cast)?;
         g.place_param(id, layer, crate::parallel::shard::dim0(cx.spec, decl));
         if whole {
             g.tl.alloc(Component::Parameters, g.param(id).resident)?;

@@ -2,6 +2,7 @@
 
 mod browser;
 mod cli;
+mod deepseek;
 mod doctor;
 mod estimate;
 mod http;

@@ -1,8 +1,9 @@
 //! Flash and memory-efficient attention: the kernel saves its inputs (cast to the compute
 //! dtype), its output and the logsumexp.
 
-use super::{Kernel, Shape, partial_rotary, sdpa_gets_mask};
+use super::{Kernel, Shape, qk_heads_contiguous, sdpa_gets_mask};
 use crate::graph::{Grad, Graph};
+use crate::setup::Attention;
 use crate::step::ops::{new, to};
 use crate::step::{Context, Result, Tensor, mul};
 
@@ -15,7 +16,7 @@ pub(super) fn attention(
     v: Tensor,
     kernel: Kernel,
 ) -> Result<Tensor> {
-    let Shape { b, seq, heads, q_numel, .. } = *shape;
+    let Shape { b, seq, heads, out_numel, .. } = *shape;
     let s = cx.spec;
     let target = if cx.autocast { cx.compute_dtype } else { q.dtype };
     let (qc, qcp) = to(g, q, target)?;
@@ -27,7 +28,7 @@ pub(super) fn attention(
     } else {
         None
     };
-    let out = new(g, target, q_numel)?;
+    let out = new(g, target, out_numel)?;
     let lse_rows = if kernel == Kernel::Efficient { seq.div_ceil(32) * 32 } else { seq };
     let lse = g.alloc(mul(mul(mul(b, heads)?, lse_rows)?, 4)?)?;
     let mut saved = vec![qc.id, kc.id, vc.id, out.id, lse];
@@ -50,7 +51,10 @@ pub(super) fn attention(
     // the memory-efficient kernel always writes `[B, S, H, D]`. A query made contiguous in
     // `[B, H, S, D]` (by NeoX's partial-rotary `cat`) makes the `transpose(1, 2).reshape(...)`
     // before the output projection a copy of a flash kernel's output.
-    if partial_rotary(s) && kernel == Kernel::Flash {
+    // (transformers' `flash_attention_2` on latent attention hands the kernel transposed
+    // views and crops its `[B, S, H, D]` output itself.)
+    let hf_flash_mla = s.mla.is_some() && cx.setup.attention == Attention::Flash;
+    if qk_heads_contiguous(s) && kernel == Kernel::Flash && !hf_flash_mla {
         let copy = new(g, out.dtype, out.numel)?;
         g.record(&[copy.id], &[], &[Grad::Pass(out.id)]);
         g.drop(out.id);

@@ -1,7 +1,7 @@
 //! The math SDPA kernel and HF's eager attention: `q @ kᵀ`, the mask, softmax, dropout and
 //! `@ v`, every intermediate a tensor autograd may save.
 
-use super::{Kernel, Shape, contiguous, partial_rotary};
+use super::{Kernel, Shape, contiguous, qk_heads_contiguous};
 use crate::graph::{Grad, Graph};
 use crate::step::ops::{Saves, consume, dropout, new, to, unary};
 use crate::step::{Context, Result, Tensor};
@@ -16,7 +16,7 @@ pub(super) fn attention(
     v: Tensor,
     kernel: Kernel,
 ) -> Result<Tensor> {
-    let Shape { q_numel, scores, dropout_p, k_rep, v_rep, .. } = *shape;
+    let Shape { out_numel, scores, dropout_p, k_rep, v_rep, .. } = *shape;
     let s = cx.spec;
     // scores = q @ kᵀ (scaled), + mask, softmax in fp32, dropout, @ v.
     let mm_dt = if cx.autocast { cx.compute_dtype } else { q.dtype };
@@ -31,8 +31,8 @@ pub(super) fn attention(
     // Only NeoX's partial-rotary `cat` and `repeat_kv` produce `[B, H, S, D]`-contiguous
     // tensors; an element-wise rotary keeps its input's layout. (The math kernel's scaled
     // q and k are new tensors already.)
-    let q_view = !partial_rotary(s);
-    let k_view = !partial_rotary(s) && !k_rep;
+    let q_view = !qk_heads_contiguous(s);
+    let k_view = !qk_heads_contiguous(s) && !k_rep;
     let qs = if math {
         unary(g, qc, work_dt, Saves::Nothing)?
     } else if q_view {
@@ -97,13 +97,19 @@ pub(super) fn attention(
         g.drop(probs.id);
     }
     let pd = consume(g, pq, |g, pq| dropout(g, cx, pq, dropout_p))?;
-    let (pc, pcp) = to(g, pd, mm_dt)?;
+    // The CPU's math kernel keeps its fp32 probabilities for `@ v`: no 16-bit round trip
+    // (oracle-checked for latent attention; the other architectures keep the round trip
+    // their golden estimates were written with until their own cases check it).
+    let upcast = math && cx.device.math_kernel_upcasts && s.mla.is_some();
+    let (pc, pcp) = if upcast { (pd, false) } else { to(g, pd, mm_dt)? };
     let (vc, vcp) =
         to(g, v, if math && cx.device.math_kernel_upcasts { DType::F32 } else { mm_dt })?;
     // Likewise v in `matmul(attn, v)`, unless `repeat_kv` copied it (a dtype cast keeps
     // the layout): with a fused qkv projection, saving v itself would keep the whole
     // buffer alive.
-    let (vc, vcp) = if v_rep {
+    // Latent attention's v is a slice of `kv_b_proj`'s output, not dense: a dtype cast of it
+    // is already contiguous.
+    let (vc, vcp) = if v_rep || (vcp && s.mla.is_some()) {
         (vc, vcp)
     } else {
         let c = contiguous(g, vc)?;
@@ -115,7 +121,7 @@ pub(super) fn attention(
     let (pc2, pcp2) =
         if math && cx.device.math_kernel_upcasts { to(g, pc, DType::F32)? } else { (pc, false) };
     let o =
-        new(g, if math && cx.device.math_kernel_upcasts { DType::F32 } else { mm_dt }, q_numel)?;
+        new(g, if math && cx.device.math_kernel_upcasts { DType::F32 } else { mm_dt }, out_numel)?;
     g.record(
         &[o.id],
         &[pc2.id, vc.id],

@@ -14,12 +14,13 @@ use crate::setup::Attention;
 use crate::units::DType;
 
 /// The sizes every kernel needs.
+#[derive(Clone, Copy)]
 struct Shape {
     b: u64,
     seq: u64,
     heads: u64,
-    /// Elements of q (and of the output).
-    q_numel: u64,
+    /// Elements of the output (`v`'s head width: q's but for latent attention).
+    out_numel: u64,
     /// Elements of the `[B, H, S, S]` scores.
     scores: u64,
     dropout_p: f64,
@@ -59,17 +60,37 @@ pub(super) fn attention_core(
     };
     let (k, k_rep) = expand(g, k)?;
     let (v, v_rep) = expand(g, v)?;
+    // Latent attention's value heads are narrower than its query/key heads.
+    let out_numel = match s.mla {
+        Some(m) => mul(mul(mul(b, seq)?, heads)?, m.v_head_dim)?,
+        None => q_numel,
+    };
     let shape = Shape {
         b,
         seq,
         heads,
-        q_numel,
+        out_numel,
         scores,
         dropout_p,
         k_rep: k_rep || cx.kv_cache,
         v_rep: v_rep || cx.kv_cache,
     };
+    // transformers' `flash_attention_2` pads a narrower value head up to the query's
+    // (`F.pad`, a new `[B, S, H, D]` tensor), then crops the output, a strided view that the
+    // `reshape(...).contiguous()` before `o_proj` copies.
+    let padded = cx.setup.attention == Attention::Flash && out_numel != q_numel;
     let out = match kernel {
+        Kernel::Flash if padded => {
+            let vp = new(g, v.dtype, q_numel)?;
+            g.record(&[vp.id], &[], &[Grad::New(v.id, v.bytes())]);
+            let wide = Shape { out_numel: q_numel, ..shape };
+            let full = fused::attention(g, cx, &wide, q, k, vp, kernel)?;
+            g.drop(vp.id);
+            let out = new(g, full.dtype, out_numel)?;
+            g.record(&[out.id], &[], &[Grad::New(full.id, full.bytes())]);
+            g.drop(full.id);
+            out
+        }
         Kernel::Flash | Kernel::Efficient => fused::attention(g, cx, &shape, q, k, v, kernel)?,
         Kernel::Math | Kernel::Eager => math::attention(g, cx, &shape, q, k, v, kernel)?,
     };
@@ -114,6 +135,12 @@ pub(super) fn partial_rotary(s: &ModelSpec) -> bool {
     matches!(s.positions, Positions::Rotary { dims } if dims < s.head_dim)
 }
 
+/// q and k reach the kernel as `[B, H, S, D]`-contiguous tensors: NeoX's partial-rotary
+/// `cat`, and latent attention's `cat` (query) and assembled key.
+pub(super) fn qk_heads_contiguous(s: &ModelSpec) -> bool {
+    partial_rotary(s) || s.mla.is_some()
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kernel {
     Flash,
@@ -132,8 +159,13 @@ pub(super) fn effective_kernel(cx: &Context<'_>) -> Kernel {
         Attention::Sdpa => {
             let dropout = cx.spec.attention_dropout > 0.0;
             let softcap = cx.spec.attn_softcap.is_some();
+            // Latent attention's value head differs from the query/key head: no flash kernel
+            // takes that (the CPU's falls back to the math kernel, CUDA's to the
+            // memory-efficient one, which accepts any value width).
+            let unequal = cx.spec.mla.is_some_and(|m| m.v_head_dim != cx.spec.head_dim);
             match cx.device.sdpa {
-                SdpaPolicy::Cpu if dropout || softcap => Kernel::Math,
+                SdpaPolicy::Cpu if dropout || softcap || unequal => Kernel::Math,
+                SdpaPolicy::Cuda if unequal && !softcap => Kernel::Efficient,
                 SdpaPolicy::Cpu => Kernel::Flash,
                 SdpaPolicy::Cuda if softcap => Kernel::Math,
                 SdpaPolicy::Cuda if cx.compute_dtype == DType::F32 => Kernel::Efficient,

@@ -188,6 +188,8 @@ impl<'a> Emit<'a> {
             A::Qwen2Moe => ("qwen2_moe", "Qwen2MoeDecoderLayer"),
             A::Qwen3Moe => ("qwen3_moe", "Qwen3MoeDecoderLayer"),
             A::ModernBert => ("modernbert", "ModernBertEncoderLayer"),
+            A::DeepseekV2 => ("deepseek_v2", "DeepseekV2DecoderLayer"),
+            A::DeepseekV3 => ("deepseek_v3", "DeepseekV3DecoderLayer"),
         }
     }
 
