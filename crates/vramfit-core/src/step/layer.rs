@@ -76,7 +76,7 @@ pub(super) fn layer_forward(
         Positions::Rotary { dims } => {
             (rotary(g, q, trig_dt, dims, s.head_dim)?, rotary(g, k, trig_dt, dims, s.head_dim)?)
         }
-        Positions::Learned { .. } => (q, k),
+        Positions::Learned { .. } | Positions::Relative { .. } => (q, k),
     };
     // transformers' DynamicCache (`use_cache` in training): `torch.cat` copies of the keys and
     // values, held by the cache (the model's output) and attended to in their place.
@@ -163,7 +163,7 @@ pub(super) fn layer_forward(
 /// `DynamicLayer.update`: `torch.cat([empty, x], dim=-2)`, a `[B, H, S, D]`-contiguous copy
 /// whose backward hands the gradient through; the cache keeps a reference until the model's
 /// output object goes.
-fn cached(g: &mut Graph, x: Tensor) -> Result<Tensor> {
+pub(super) fn cached(g: &mut Graph, x: Tensor) -> Result<Tensor> {
     let c = new(g, x.dtype, x.numel)?;
     g.record(&[c.id], &[], &[Grad::Pass(x.id)]);
     g.tl.retain(c.id);
