@@ -12,5 +12,6 @@ mod parallel;
 mod peft;
 mod plan;
 mod schema;
+mod seq2seq;
 mod serve;
 mod task;

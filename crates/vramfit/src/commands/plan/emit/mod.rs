@@ -188,6 +188,8 @@ impl<'a> Emit<'a> {
             A::Qwen2Moe => ("qwen2_moe", "Qwen2MoeDecoderLayer"),
             A::Qwen3Moe => ("qwen3_moe", "Qwen3MoeDecoderLayer"),
             A::ModernBert => ("modernbert", "ModernBertEncoderLayer"),
+            A::T5 => ("t5", "T5Block"),
+            A::Mt5 => ("mt5", "MT5Block"),
         }
     }
 
@@ -209,6 +211,7 @@ impl<'a> Emit<'a> {
             Head::CausalLm => "AutoModelForCausalLM",
             Head::SequenceClassification(_) => "AutoModelForSequenceClassification",
             Head::TokenClassification => "AutoModelForTokenClassification",
+            Head::Seq2SeqLm => "AutoModelForSeq2SeqLM",
         }
     }
 
@@ -291,6 +294,7 @@ impl<'a> Emit<'a> {
                 Head::CausalLm => ", task_type=\"CAUSAL_LM\"",
                 Head::SequenceClassification(_) => ", task_type=\"SEQ_CLS\"",
                 Head::TokenClassification => ", task_type=\"TOKEN_CLS\"",
+                Head::Seq2SeqLm => ", task_type=\"SEQ_2_SEQ_LM\"",
             };
             lines.push(format!(
                 "{model} = get_peft_model({model}, LoraConfig(r={}, lora_alpha={}{targets}{dropout}{save}{task}))",
