@@ -751,4 +751,41 @@ mod tests {
             assert_eq!(layout.before[0].matmul, s.tied_embeddings, "{name}");
         }
     }
+
+    /// T5's tensors as transformers builds them, piece by piece: the shared table (the LM head
+    /// tied to it), two relative-bias tables of `buckets × heads`, encoder layers (q, k, v, o,
+    /// two norms, the feed-forward), decoder layers (a cross-attention and its norm more),
+    /// two final norms; the totals are transformers' counts (`validation/check_catalog.py`).
+    #[test]
+    fn t5_layouts_count_as_transformers_builds_them() {
+        let s = spec("t5-small", &[]);
+        let layout = s.parameter_layout();
+        let (v, h, i, heads, inner) = (32128u64, 512u64, 2048u64, 8u64, 512u64);
+        let attention = 3 * h * inner + inner * h;
+        let encoder = attention + 2 * h * i + 2 * h;
+        let decoder = 2 * attention + 2 * h * i + 3 * h;
+        let expected = v * h + 2 * 32 * heads + 6 * encoder + 6 * decoder + 2 * h;
+        assert_eq!(s.parameter_count(), expected);
+        assert_eq!(expected, 60_506_624);
+        assert_eq!((s.n_layers, s.decoder_layers, s.encoder_layers()), (12, 6, 6));
+        assert!(layout.tied && layout.buffers.is_empty());
+        assert_eq!(layout.layer_decls(5).len(), 8);
+        assert_eq!(layout.layer_decls(6).len(), 13, "the decoder's cross-attention");
+        assert!(s.scale_decoder_outputs, "T5 scales before its tied head");
+        // Flan-T5: gated-GELU (`gelu_new`), written untied, which in transformers 5 only turns
+        // the scaling off: the head stays tied.
+        let flan = spec("flan-t5-base", &[]);
+        assert!(flan.gated_mlp && flan.tied_embeddings && !flan.scale_decoder_outputs);
+        assert_eq!(flan.activation, crate::model::Activation::GeluPython);
+        assert_eq!(flan.parameter_count(), 222_903_552);
+        // mT5: never scaled, a 250k vocabulary.
+        let mt5 = spec("mt5-small", &[]);
+        assert!(mt5.tied_embeddings && !mt5.scale_decoder_outputs);
+        assert_eq!(mt5.parameter_count(), 172_119_424);
+        // An uneven decoder and the buckets: the table grows, nothing else.
+        let uneven = spec("t5-small", &[("num_decoder_layers", 2.into())]);
+        assert_eq!(s.parameter_count() - uneven.parameter_count(), 4 * decoder);
+        let buckets = spec("t5-small", &[("relative_attention_num_buckets", 64.into())]);
+        assert_eq!(buckets.parameter_count() - s.parameter_count(), 2 * 32 * heads);
+    }
 }

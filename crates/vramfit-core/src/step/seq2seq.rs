@@ -431,3 +431,79 @@ fn feed_forward(g: &mut Graph, cx: &Context<'_>, lp: &LayerParams, x: Tensor) ->
     g.drop(pw.id);
     Ok(y)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::estimate::estimate_on;
+    use crate::setup::{Attention, Precision, TrainSetup};
+    use crate::{Device, ModelSpec, catalog};
+
+    fn spec(name: &str, overrides: &[(&str, serde_json::Value)]) -> ModelSpec {
+        let mut config: serde_json::Value =
+            serde_json::from_str(catalog::config_json(name).expect("catalog")).expect("json");
+        for (k, v) in overrides {
+            config[*k] = v.clone();
+        }
+        ModelSpec::from_hf_config(&config.to_string()).expect("resolves")
+    }
+
+    fn setup(target: u64) -> TrainSetup {
+        TrainSetup {
+            micro_batch: 4,
+            seq_len: 256,
+            target_len: Some(target),
+            attention: Attention::Eager,
+            precision: Precision::Fp32,
+            ..TrainSetup::default()
+        }
+    }
+
+    /// The relative-bias buckets are a parameter table of `buckets × heads` and change
+    /// nothing else; the bias they make is `[1, heads, q, k]` whatever the buckets.
+    #[test]
+    fn the_buckets_change_the_table_only() {
+        let s = setup(128);
+        let a = estimate_on(&spec("t5-small", &[]), &s, &Device::CPU_ORACLE).unwrap();
+        let wide = spec("t5-small", &[("relative_attention_num_buckets", 4096.into())]);
+        let b = estimate_on(&wide, &s, &Device::CPU_ORACLE).unwrap();
+        assert_eq!(a.components_at_peak.activations, b.components_at_peak.activations);
+        let table = 2 * (4096 - 32) * 8 * 4;
+        assert_eq!(
+            b.model_states_detail.parameters.get() - a.model_states_detail.parameters.get(),
+            table
+        );
+    }
+
+    /// The decoder's tokens cost memory: the self-attention scores and the bias grow with
+    /// `T²`, the cross-attention's with `T × S`, the logits with `T`.
+    #[test]
+    fn a_longer_target_costs_more_and_the_default_is_the_source_length() {
+        let s = spec("t5-small", &[]);
+        let peak = |t| estimate_on(&s, &setup(t), &Device::CPU_ORACLE).unwrap().peak_allocated;
+        assert!(peak(64) < peak(128) && peak(128) < peak(512));
+        let default = TrainSetup { target_len: None, ..setup(256) };
+        assert_eq!(
+            estimate_on(&s, &default, &Device::CPU_ORACLE).unwrap().peak_allocated,
+            peak(256)
+        );
+    }
+
+    /// T5 clamps its residual stream after every sub-layer in fp16 only (the clamp saves its
+    /// input): fp16-true needs more than bf16, where a model without the clamp needs the same.
+    #[test]
+    fn t5_clamps_its_fp16_residual_stream() {
+        let at = |name: &str, precision| {
+            let s = spec(name, &[]);
+            let attention = if s.is_encoder_decoder() { Attention::Eager } else { Attention::Sdpa };
+            let setup = TrainSetup { precision, attention, ..setup(128) };
+            let setup = if s.is_encoder_decoder() {
+                setup
+            } else {
+                TrainSetup { target_len: None, ..setup }
+            };
+            estimate_on(&s, &setup, &Device::CUDA).unwrap().peak_allocated
+        };
+        assert!(at("t5-small", Precision::Fp16True) > at("t5-small", Precision::Bf16));
+        assert_eq!(at("gpt2", Precision::Fp16True), at("gpt2", Precision::Bf16));
+    }
+}
