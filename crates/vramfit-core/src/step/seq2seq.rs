@@ -47,6 +47,9 @@ pub(super) struct StackInputs {
     encoder: Option<Tensor>,
     /// The cross-attention bias of zeros (`[1, heads, T, S]`).
     cross_bias: Option<Tensor>,
+    /// The stack fills the cache (`use_cache` in training: the decoder only; T5's encoder is
+    /// never given one).
+    cache: bool,
 }
 
 impl StackInputs {
@@ -91,7 +94,7 @@ pub(super) fn forward(
     let x = lookup(g, cx, m.embed, cx.tokens, &[])?;
     let bias = position_bias(g, cx, m.relative_bias[0], src, src)?;
     let mut x = consume(g, x, |g, x| dropout(g, cx, x, s.hidden_dropout))?;
-    let enc = StackInputs { bias, mask: None, encoder: None, cross_bias: None };
+    let enc = StackInputs { bias, mask: None, encoder: None, cross_bias: None, cache: false };
     for layer in 0..s.encoder_layers() as usize {
         x = layer_step(g, cx, m, ranks, x, layer, &enc)?;
     }
@@ -118,7 +121,13 @@ pub(super) fn forward(
     // checkpointing (and a negligible one within).
     let cross_bias = new(g, dcx.mm_out(hidden_dtype(cx)), mul(mul(s.n_heads, tgt)?, src)?)?;
     let mut x = consume(g, x, |g, x| dropout(g, &dcx, x, s.hidden_dropout))?;
-    let dec = StackInputs { bias, mask, encoder: Some(encoder), cross_bias: Some(cross_bias) };
+    let dec = StackInputs {
+        bias,
+        mask,
+        encoder: Some(encoder),
+        cross_bias: Some(cross_bias),
+        cache: cx.kv_cache,
+    };
     for layer in s.encoder_layers() as usize..s.n_layers as usize {
         x = layer_step(g, &dcx, m, ranks, x, layer, &dec)?;
     }
@@ -202,9 +211,9 @@ pub(super) fn replay(
             None
         };
         let cross_bias = rest.next().map(|id| tensor(id, dcx.mm_out(hd), cross_numel));
-        StackInputs { bias, mask, encoder, cross_bias }
+        StackInputs { bias, mask, encoder, cross_bias, cache: cx.kv_cache }
     } else {
-        StackInputs { bias, mask: None, encoder: None, cross_bias: None }
+        StackInputs { bias, mask: None, encoder: None, cross_bias: None, cache: false }
     };
     let x = tensor(input, hd, mul(lcx.tokens, s.hidden_size)?);
     block(g, lcx, m, x, layer, &inputs)
@@ -259,7 +268,7 @@ fn block(
     let Some(lp) = m.layers.get(layer) else { return Ok(x) };
     let n = cx.tokens;
     let a_in = norm(g, cx, x, &lp.norm1, n)?;
-    let o = attention(g, cx, lp, a_in, None, inputs.bias, inputs.mask)?;
+    let o = attention(g, cx, lp, a_in, None, inputs.bias, inputs.mask, inputs.cache)?;
     g.drop(a_in.id);
     let od = consume(g, o, |g, o| dropout(g, cx, o, s.hidden_dropout))?;
     let h = add(g, x, od)?;
@@ -267,7 +276,7 @@ fn block(
     let mut h = clamp(g, h)?;
     if let (Some(encoder), Some(cross_bias)) = (inputs.encoder, inputs.cross_bias) {
         let c_in = norm(g, cx, h, &lp.cross_norm, n)?;
-        let o = attention(g, cx, lp, c_in, Some(encoder), cross_bias, None)?;
+        let o = attention(g, cx, lp, c_in, Some(encoder), cross_bias, None, inputs.cache)?;
         g.drop(c_in.id);
         let od = consume(g, o, |g, o| dropout(g, cx, o, s.hidden_dropout))?;
         let h2 = add(g, h, od)?;
@@ -298,7 +307,8 @@ fn clamp(g: &mut Graph, h: Tensor) -> Result<Tensor> {
 
 /// `T5Attention` with eager attention: q from `x`, k and v from `x` (self-attention) or the
 /// encoder's output (cross-attention), the scores over `q × k` with the bias and mask, the
-/// output projection.
+/// output projection. `cache`: the decoder's cache keeps copies of k and v.
+#[allow(clippy::too_many_arguments, reason = "an attention's operands, spelled out")]
 fn attention(
     g: &mut Graph,
     cx: &Context<'_>,
@@ -307,6 +317,7 @@ fn attention(
     encoder: Option<Tensor>,
     bias: Tensor,
     mask: Option<Tensor>,
+    cache: bool,
 ) -> Result<Tensor> {
     let s = cx.spec;
     let (w, o_w) = if encoder.is_some() { (&lp.cross_qkv, lp.cross_o) } else { (&lp.qkv, lp.o) };
@@ -325,13 +336,13 @@ fn attention(
     let k = linear(g, &kcx, kv_x, inner, wk, None)?;
     let v = linear(g, &kcx, kv_x, inner, wv, None)?;
     // The cache (`use_cache` in training): copies of k and v, attended to in their place.
-    let (ka, va) = if cx.kv_cache { (cached(g, k)?, cached(g, v)?) } else { (k, v) };
+    let (ka, va) = if cache { (cached(g, k)?, cached(g, v)?) } else { (k, v) };
     let mm_dt = if cx.autocast { cx.compute_dtype } else { q.dtype };
     let scores = mul(mul(mul(b, s.n_heads)?, q_len)?, k_len)?;
     // `matmul(q, kᵀ)`: the transposed views of the projections are copied for the bmm (the
     // cache's copies are contiguous already), which saves the copies.
     let qc = contiguous(g, q)?;
-    let kc = if cx.kv_cache { ka } else { contiguous(g, ka)? };
+    let kc = if cache { ka } else { contiguous(g, ka)? };
     let sc = new(g, mm_dt, scores)?;
     g.record(
         &[sc.id],
@@ -365,7 +376,7 @@ fn attention(
     let pd = consume(g, probs, |g, p| dropout(g, cx, p, s.attention_dropout))?;
     let (pc, pcp) = to(g, pd, mm_dt)?;
     let (vt, vtp) = to(g, va, mm_dt)?;
-    let vc = if cx.kv_cache && !vtp { vt } else { contiguous(g, vt)? };
+    let vc = if cache && !vtp { vt } else { contiguous(g, vt)? };
     if vtp && vc.id != vt.id {
         g.drop(vt.id);
     }
@@ -387,7 +398,7 @@ fn attention(
     g.drop(out.id);
     let y = linear(g, cx, copy, s.hidden_size, o_w, None)?;
     g.drop(copy.id);
-    if cx.kv_cache {
+    if cache {
         g.drop(ka.id);
         g.drop(va.id);
     }
