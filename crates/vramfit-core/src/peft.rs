@@ -118,7 +118,12 @@ pub fn adapter_rank(lora: &Lora, decl: &ParameterDecl) -> Option<u64> {
     let hit = match &lora.targets {
         // PEFT's all-linear excludes the output layer.
         LoraTargets::AllLinear => decl.slot != Slot::Head,
-        LoraTargets::PeftDefault => matches!(module, "q_proj" | "v_proj" | "qkv_proj"),
+        // T5's are `q` and `v` (`SelfAttention.q`, `EncDecAttention.v`, ...).
+        LoraTargets::PeftDefault => {
+            matches!(module, "q_proj" | "v_proj" | "qkv_proj")
+                || matches(module, "q")
+                || matches(module, "v")
+        }
         LoraTargets::Modules(names) => names.iter().any(|t| matches(module, t)),
     };
     hit.then_some(lora.rank)
