@@ -225,7 +225,7 @@ pub(crate) fn check_setup(setup: &TrainSetup) -> Result<(), EstimateError> {
 /// The setup against the model: `--target-len` only with a decoder stack, and on an
 /// encoder-decoder (T5) only what is modelled for it: eager attention (transformers has no
 /// FlashAttention-2 for T5; its SDPA path turns the position bias into a mask per layer, not
-/// modelled yet), one GPU, full fine-tuning or LoRA (no quantised base or frozen layers), the
+/// modelled yet), full fine-tuning or LoRA (no quantised base or frozen layers), the
 /// model's own loss, checkpointing of no layer or of every layer.
 pub(crate) fn check_model(spec: &ModelSpec, setup: &TrainSetup) -> Result<(), EstimateError> {
     let architecture = spec.architecture;
@@ -253,9 +253,6 @@ pub(crate) fn check_model(spec: &ModelSpec, setup: &TrainSetup) -> Result<(), Es
                 "--attention sdpa is not modelled for encoder-decoder models yet (its position bias becomes a mask per layer); use --attention eager",
             );
         }
-    }
-    if !setup.parallel.is_single() {
-        return refuse("several GPUs are not modelled for encoder-decoder models yet");
     }
     if setup.quantization.is_some() || setup.freeze.first_layers > 0 {
         return refuse(

@@ -29,7 +29,7 @@ impl Hint for EstimateError {
                 "drop --target-len, or use an encoder-decoder model such as t5-small or flan-t5-base".into()
             }
             EstimateError::Seq2Seq { .. } => {
-                "encoder-decoder models (T5) take --attention eager on one GPU, in full fine-tuning or LoRA, with the standard loss".into()
+                "encoder-decoder models (T5) take --attention eager, full fine-tuning or LoRA, and the standard loss".into()
             }
         }
     }
