@@ -226,7 +226,7 @@ pub(crate) fn check_setup(setup: &TrainSetup) -> Result<(), EstimateError> {
 /// encoder-decoder (T5) only what is modelled for it: eager attention (transformers has no
 /// FlashAttention-2 for T5; its SDPA path turns the position bias into a mask per layer, not
 /// modelled yet), full fine-tuning or LoRA (no quantised base or frozen layers), the
-/// model's own loss, checkpointing of no layer or of every layer.
+/// model's own loss.
 pub(crate) fn check_model(spec: &ModelSpec, setup: &TrainSetup) -> Result<(), EstimateError> {
     let architecture = spec.architecture;
     if !spec.is_encoder_decoder() {
@@ -261,11 +261,6 @@ pub(crate) fn check_model(spec: &ModelSpec, setup: &TrainSetup) -> Result<(), Es
     }
     if setup.loss != crate::setup::LossKernel::Standard {
         return refuse("--loss other than standard is a decoder-only language model's");
-    }
-    if matches!(setup.checkpointing, crate::setup::Checkpointing::Every(_)) {
-        return refuse(
-            "--checkpointing every-N is not modelled for encoder-decoder models yet (use full or none)",
-        );
     }
     Ok(())
 }

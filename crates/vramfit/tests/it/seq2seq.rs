@@ -73,10 +73,6 @@ fn refused_settings_are_one_error_line_a_hint_and_exit_2() {
             "quantised bases",
         ),
         (&["--model", "t5-base", "--attention", "eager", "--loss", "chunked"][..], "--loss"),
-        (
-            &["--model", "t5-base", "--attention", "eager", "--checkpointing", "every-2"][..],
-            "every-N",
-        ),
         (&["--model", "t5-small", "--task", "seq-cls"][..], "not modelled yet"),
         (&["--model", "gpt2", "--task", "seq2seq"][..], "no seq2seq head"),
     ] {
