@@ -517,4 +517,29 @@ mod tests {
         assert!(at("t5-small", Precision::Fp16True) > at("t5-small", Precision::Bf16));
         assert_eq!(at("gpt2", Precision::Fp16True), at("gpt2", Precision::Bf16));
     }
+
+    /// The cache (`use_cache` in training) is the decoder's only: its self-attention keys and
+    /// values (`T` tokens) and its cross-attention ones (`S` tokens), copies the custom loop's
+    /// output object holds through the optimizer step; the encoder is given none.
+    #[test]
+    fn only_the_decoder_fills_the_cache() {
+        use crate::setup::TrainingLoop;
+        let s = spec("t5-small", &[]);
+        let (b, src, tgt) = (2u64, 64u64, 32u64);
+        let at = |cache| {
+            let setup = TrainSetup {
+                micro_batch: b,
+                seq_len: src,
+                target_len: Some(tgt),
+                use_cache: Some(cache),
+                training_loop: TrainingLoop::Custom,
+                ..setup(tgt)
+            };
+            estimate_on(&s, &setup, &Device::CPU_ORACLE).unwrap().phase_peaks.optimizer_step.get()
+        };
+        let layers = s.decoder_layers;
+        let inner = s.q_width();
+        let copies = layers * 2 * b * (tgt + src) * inner * 4;
+        assert_eq!(at(true) - at(false), copies);
+    }
 }
