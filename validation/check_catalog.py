@@ -15,6 +15,7 @@ from pathlib import Path
 
 CATALOG = Path(__file__).resolve().parent.parent / "crates" / "vramfit-core" / "data" / "models"
 MASKED_LM_TYPES = {"bert", "roberta", "modernbert"}
+SEQ2SEQ_TYPES = {"t5", "mt5"}
 
 
 def main() -> int:
@@ -32,6 +33,8 @@ def main() -> int:
         auto = (
             transformers.AutoModelForMaskedLM
             if cfg["model_type"] in MASKED_LM_TYPES
+            else transformers.AutoModelForSeq2SeqLM
+            if cfg["model_type"] in SEQ2SEQ_TYPES
             else transformers.AutoModelForCausalLM
         )
         with torch.device("meta"):

@@ -96,7 +96,11 @@ TASKS = {
     "masked-lm": "AutoModelForMaskedLM",
     "seq-cls": "AutoModelForSequenceClassification",
     "token-cls": "AutoModelForTokenClassification",
+    "seq2seq": "AutoModelForSeq2SeqLM",
 }
+# Encoder-decoder models: their one head is seq2seq (`labels` of `target_len` tokens, the
+# decoder's input ids shifted right from them).
+SEQ2SEQ_TYPES = {"t5", "mt5"}
 
 # CUDA autocast's float32 lists (torch docs "CUDA Ops that can autocast to
 # float32"; aten/src/ATen/autocast_mode.cpp, KERNEL_CUDA(..., fp32) and
@@ -428,6 +432,8 @@ def case_id(case: dict) -> str:
         cid += f"-loss={case['loss']}"
     if case.get("emulate", "none") != "none":
         cid += f"-emu{case['emulate']}"
+    if case.get("target_len") is not None:
+        cid += f"-t{case['target_len']}"
     if case.get("task") is not None:
         cid += f"-task={case['task']}"
         if case.get("num_labels", 2) != 2:
@@ -465,6 +471,8 @@ def validate_case(case: dict) -> None:
         raise ValueError(f"unknown task {case['task']!r}")
     if int(case.get("num_labels", 2)) < 2:
         raise ValueError("num_labels must be 2 or more (single-label classification)")
+    if case.get("target_len") is not None and int(case["target_len"]) < 1:
+        raise ValueError("target_len must be 1 or more")
     if not (CATALOG / f"{case['model']}.json").is_file():
         raise ValueError(f"no catalog file for model {case['model']!r}")
 
@@ -594,6 +602,8 @@ def run_case(case: dict, versions: dict) -> dict:
     loss_kind = case.get("loss", "standard")
     if loss_kind not in ("standard", "logits-sum") and model_type in MASKED_LM_TYPES:
         raise ValueError("a chunked-output loss is a causal LM's")
+    if loss_kind != "standard" and model_type in SEQ2SEQ_TYPES:
+        raise ValueError("an encoder-decoder case takes the model's own loss")
     emulate = case.get("emulate", "none")
     if emulate != versions.get("emulate", "none"):
         raise RuntimeError(f"case emulates {emulate!r}; run it with --emulate {emulate}")
@@ -605,7 +615,11 @@ def run_case(case: dict, versions: dict) -> dict:
     # is off); a case says whether it is, or takes the config's own value.
     use_cache = case_use_cache(case, getattr(config, "use_cache", False))
     config.use_cache = use_cache
-    default_task = "masked-lm" if model_type in MASKED_LM_TYPES else "causal-lm"
+    default_task = (
+        "masked-lm"
+        if model_type in MASKED_LM_TYPES
+        else "seq2seq" if model_type in SEQ2SEQ_TYPES else "causal-lm"
+    )
     task = case.get("task") or default_task
     num_labels = int(case.get("num_labels", 2))
     if task in ("seq-cls", "token-cls"):
@@ -700,6 +714,11 @@ def run_case(case: dict, versions: dict) -> dict:
                         labels = torch.randint(0, num_labels, (batch,), dtype=torch.long)
                     elif task == "token-cls":
                         labels = torch.randint(0, num_labels, (batch, seq), dtype=torch.long)
+                    elif task == "seq2seq":
+                        # The targets: `target_len` tokens (the decoder's length), default the
+                        # source's length.
+                        target = int(case.get("target_len") or seq)
+                        labels = torch.randint(0, vocab, (batch, target), dtype=torch.long)
                     else:
                         labels = input_ids
                     # Per-module stats are per call; the global counters we
@@ -789,6 +808,7 @@ def run_case(case: dict, versions: dict) -> dict:
         "architecture": model_type,
         "batch": batch,
         "seq_len": seq,
+        **({"target_len": int(case.get("target_len") or seq)} if task == "seq2seq" else {}),
         "precision": precision,
         "optimizer": case["optimizer"],
         "optimizer_state_dtype": None,

@@ -118,8 +118,12 @@ def run_case(case: dict) -> dict:
     auto = (
         transformers.AutoModelForMaskedLM
         if model_type in oracle.MASKED_LM_TYPES
+        else transformers.AutoModelForSeq2SeqLM
+        if model_type in oracle.SEQ2SEQ_TYPES
         else transformers.AutoModelForCausalLM
     )
+    # An encoder-decoder's labels: `target_len` tokens (the decoder's length).
+    target = int(case.get("target_len") or seq) if model_type in oracle.SEQ2SEQ_TYPES else None
     if precision in MIXED:
         low = getattr(torch, MIXED[precision])
         mp = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32)
@@ -181,15 +185,20 @@ def run_case(case: dict) -> dict:
             for iteration in range(2):
                 for _micro in range(accum):
                     input_ids = torch.randint(0, vocab, (batch, seq), dtype=torch.long)
+                    labels = (
+                        input_ids
+                        if target is None
+                        else torch.randint(0, vocab, (batch, target), dtype=torch.long)
+                    )
                     tracker.reset_mod_stats()
                     start_phase()
-                    loss = model(input_ids=input_ids, labels=input_ids).loss
+                    loss = model(input_ids=input_ids, labels=labels).loss
                     if accum > 1:
                         loss = loss / accum
                     end_phase("forward", iteration)
                     start_phase()
                     loss.backward()
-                    del loss, input_ids
+                    del loss, input_ids, labels
                     end_phase("backward", iteration)
                 start_phase()
                 opt.step()
@@ -219,6 +228,7 @@ def run_case(case: dict) -> dict:
         "architecture": model_type,
         "batch": batch,
         "seq_len": seq,
+        **({"target_len": target} if target is not None else {}),
         "precision": precision,
         "optimizer": case["optimizer"],
         "optimizer_state_dtype": None,
@@ -227,6 +237,10 @@ def run_case(case: dict) -> dict:
         "grad_accum": accum,
         "foreach": True,
         "autocast_rules": "cpu",
+        "emulate": "none",
+        "loop": "trainer",
+        "zero_grad": "none",
+        "use_cache": False,
         "strategy": "hsdp" if shard != world else "fsdp",
         "world_size": world,
         "shard_size": shard,

@@ -287,7 +287,8 @@ def apply(model, case: dict, torch):
         target_modules=targets,
         lora_dropout=float(lora.get("dropout", 0.0)),
         use_dora=bool(lora.get("use_dora", False)),
-        task_type="CAUSAL_LM",
+        # An encoder-decoder (T5) is PEFT's SEQ_2_SEQ_LM.
+        task_type="SEQ_2_SEQ_LM" if model.config.model_type in ("t5", "mt5") else "CAUSAL_LM",
     )
     # PEFT moves each new adapter `.to()` its base layer's device and dtype; `Module.to` cannot
     # swap a fake parameter, so while PEFT wraps the model `.to` converts each tensor's `.data`

@@ -127,8 +127,12 @@ def trace(case: dict, phase_filter: str | None) -> dict:
     auto = (
         transformers.AutoModelForMaskedLM
         if model_type in oracle.MASKED_LM_TYPES
+        else transformers.AutoModelForSeq2SeqLM
+        if model_type in oracle.SEQ2SEQ_TYPES
         else transformers.AutoModelForCausalLM
     )
+    seq2seq = model_type in oracle.SEQ2SEQ_TYPES
+    target = int(case.get("target_len") or seq)
     with FakeTensorMode():
         model = auto.from_config(
             config,
@@ -160,6 +164,12 @@ def trace(case: dict, phase_filter: str | None) -> dict:
                 for micro in range(accum):
                     state["micro"] = micro
                     input_ids = torch.randint(0, config.vocab_size, (batch, seq), dtype=torch.long)
+                    # An encoder-decoder's labels: `target_len` tokens.
+                    labels = (
+                        torch.randint(0, config.vocab_size, (batch, target), dtype=torch.long)
+                        if seq2seq
+                        else input_ids
+                    )
                     tracker.reset_mod_stats()
                     mark = oracle.peft_case.graph_mark()
                     state["phase"] = "forward"
@@ -170,11 +180,11 @@ def trace(case: dict, phase_filter: str | None) -> dict:
                                 outputs = (chunks, loss)
                             del chunks
                         elif loop == "custom":
-                            outputs = model(input_ids=input_ids, labels=input_ids)
+                            outputs = model(input_ids=input_ids, labels=labels)
                             oracle.peft_case.release_graph(upto=mark)
                             loss = outputs.loss
                         else:
-                            loss = model(input_ids=input_ids, labels=input_ids).loss
+                            loss = model(input_ids=input_ids, labels=labels).loss
                     if accum > 1:
                         loss = loss / accum
                     state["phase"] = "backward"

@@ -212,15 +212,23 @@ mod tests {
         ) {
             use crate::setup::{TrainingLoop, ZeroGrad};
             let names = crate::catalog::names();
+            let model = spec(names[m % names.len()]);
+            // Encoder-decoder models (T5) are modelled with eager attention only.
+            let attention = if model.is_encoder_decoder() {
+                crate::setup::Attention::Eager
+            } else {
+                TrainSetup::default().attention
+            };
             let setup = TrainSetup {
                 micro_batch: b,
                 seq_len: 128,
+                attention,
                 training_loop: if custom { TrainingLoop::Custom } else { TrainingLoop::Trainer },
                 zero_grad: if zeros { ZeroGrad::Zeros } else { ZeroGrad::SetToNone },
                 use_cache: Some(cache),
                 ..TrainSetup::default()
             };
-            let e = crate::estimate(&spec(names[m % names.len()]), &setup).unwrap();
+            let e = crate::estimate(&model, &setup).unwrap();
             let budget = CardBudget::new(Bytes(1 << 40), Bytes(512 << 20), Bytes(0)).unwrap();
             let v = judge(&e, &budget);
             let r = e.reserved.unwrap();

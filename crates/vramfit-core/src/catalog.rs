@@ -11,6 +11,9 @@ static MODELS: &[(&str, &str)] = &[
     ("deepseek-v2", include_str!("../data/models/deepseek-v2.json")),
     ("deepseek-v2-lite", include_str!("../data/models/deepseek-v2-lite.json")),
     ("deepseek-v3", include_str!("../data/models/deepseek-v3.json")),
+    ("flan-t5-base", include_str!("../data/models/flan-t5-base.json")),
+    ("flan-t5-large", include_str!("../data/models/flan-t5-large.json")),
+    ("flan-t5-xl", include_str!("../data/models/flan-t5-xl.json")),
     ("gemma-2-2b", include_str!("../data/models/gemma-2-2b.json")),
     ("gemma-2-9b", include_str!("../data/models/gemma-2-9b.json")),
     ("gemma-2b", include_str!("../data/models/gemma-2b.json")),
@@ -31,6 +34,8 @@ static MODELS: &[(&str, &str)] = &[
     ("mixtral-8x7b", include_str!("../data/models/mixtral-8x7b.json")),
     ("modernbert-base", include_str!("../data/models/modernbert-base.json")),
     ("moonlight-16b-a3b", include_str!("../data/models/moonlight-16b-a3b.json")),
+    ("mt5-base", include_str!("../data/models/mt5-base.json")),
+    ("mt5-small", include_str!("../data/models/mt5-small.json")),
     ("olmo-2-13b", include_str!("../data/models/olmo-2-13b.json")),
     ("olmo-2-7b", include_str!("../data/models/olmo-2-7b.json")),
     ("phi-3-mini", include_str!("../data/models/phi-3-mini.json")),
@@ -59,6 +64,9 @@ static MODELS: &[(&str, &str)] = &[
     ("roberta-large", include_str!("../data/models/roberta-large.json")),
     ("smollm2-1.7b", include_str!("../data/models/smollm2-1.7b.json")),
     ("smollm2-135m", include_str!("../data/models/smollm2-135m.json")),
+    ("t5-base", include_str!("../data/models/t5-base.json")),
+    ("t5-large", include_str!("../data/models/t5-large.json")),
+    ("t5-small", include_str!("../data/models/t5-small.json")),
     ("tinyllama-1.1b", include_str!("../data/models/tinyllama-1.1b.json")),
 ];
 

@@ -48,6 +48,21 @@ pub enum EstimateError {
     /// GPUs, a strategy or offload that cannot run together.
     #[error(transparent)]
     Parallel(#[from] crate::parallel::ParallelError),
+    /// `--target-len` for a model without a decoder stack.
+    #[error("--target-len is for encoder-decoder models, and {architecture} has no decoder side")]
+    TargetLenWithoutDecoder {
+        /// The model's architecture.
+        architecture: crate::model::Architecture,
+    },
+    /// A setting an encoder-decoder model cannot take, or that vramfit does not model for
+    /// one yet.
+    #[error("{architecture}: {problem}")]
+    Seq2Seq {
+        /// The model's architecture.
+        architecture: crate::model::Architecture,
+        /// What is refused, and why.
+        problem: &'static str,
+    },
 }
 
 impl From<Overflow> for EstimateError {
@@ -207,6 +222,49 @@ pub(crate) fn check_setup(setup: &TrainSetup) -> Result<(), EstimateError> {
     Ok(())
 }
 
+/// The setup against the model: `--target-len` only with a decoder stack, and on an
+/// encoder-decoder (T5) only what is modelled for it: eager attention (transformers has no
+/// FlashAttention-2 for T5; its SDPA path turns the position bias into a mask per layer, not
+/// modelled yet), full fine-tuning or LoRA (no quantised base or frozen layers), the
+/// model's own loss.
+pub(crate) fn check_model(spec: &ModelSpec, setup: &TrainSetup) -> Result<(), EstimateError> {
+    let architecture = spec.architecture;
+    if !spec.is_encoder_decoder() {
+        return match setup.target_len {
+            Some(_) => Err(EstimateError::TargetLenWithoutDecoder { architecture }),
+            None => Ok(()),
+        };
+    }
+    if let Some(t) = setup.target_len
+        && (t == 0 || t > MAX_SEQ_LEN)
+    {
+        return Err(EstimateError::OutOfRange { field: "target-len", value: t, max: MAX_SEQ_LEN });
+    }
+    let refuse = |problem| Err(EstimateError::Seq2Seq { architecture, problem });
+    match setup.attention {
+        crate::setup::Attention::Eager => {}
+        crate::setup::Attention::Flash => {
+            return refuse(
+                "transformers has no FlashAttention-2 for this model (use --attention eager)",
+            );
+        }
+        crate::setup::Attention::Sdpa => {
+            return refuse(
+                "--attention sdpa is not modelled for encoder-decoder models yet (its position bias becomes a mask per layer); use --attention eager",
+            );
+        }
+    }
+    if setup.quantization.is_some() || setup.freeze.first_layers > 0 {
+        return refuse(
+            "quantised bases and frozen layers are not modelled for encoder-decoder models yet",
+        );
+    }
+    if setup.loss != crate::setup::LossKernel::Standard {
+        return refuse("--loss other than standard is a decoder-only language model's");
+    }
+    Ok(())
+}
+
 /// Predicts the peak memory of one steady-state training step on a CUDA GPU.
 pub fn estimate(spec: &ModelSpec, setup: &TrainSetup) -> Result<Estimate, EstimateError> {
     estimate_on(spec, setup, &Device::CUDA)
@@ -250,6 +308,7 @@ fn check_run(
     setup: &TrainSetup,
 ) -> Result<crate::layout::ParameterLayout, EstimateError> {
     check_setup(setup)?;
+    check_model(spec, setup)?;
     let layout = spec.parameter_layout();
     crate::peft::check(&layout, setup)?;
     crate::parallel::fsdp_padding(spec, &layout, setup)?;
@@ -368,6 +427,7 @@ pub(crate) fn model_states_on(
     device: &Device,
 ) -> Result<(ModelStates, Option<crate::parallel::HostMemory>), EstimateError> {
     check_setup(setup)?;
+    check_model(spec, setup)?;
     crate::peft::check(&spec.parameter_layout(), setup)?;
     let (states, _, host) = crate::step::model_states_only(spec, setup, device)?;
     Ok((states, host))
@@ -500,6 +560,7 @@ pub(crate) fn paged_state_bytes(
     setup: &TrainSetup,
 ) -> Result<Bytes, EstimateError> {
     check_setup(setup)?;
+    check_model(spec, setup)?;
     let (_, paged, _) = crate::step::model_states_only(spec, setup, &Device::CUDA)?;
     Ok(Bytes(paged))
 }

@@ -23,13 +23,13 @@ pub struct RawConfig {
     pub hidden_size: Option<u64>,
     /// `num_hidden_layers` / `n_layer` / `num_layers`.
     pub num_hidden_layers: Option<u64>,
-    /// `num_attention_heads` / `n_head`.
+    /// `num_attention_heads` / `n_head` / `num_heads` (T5).
     pub num_attention_heads: Option<u64>,
     /// `num_key_value_heads`.
     pub num_key_value_heads: Option<u64>,
-    /// `head_dim`.
+    /// `head_dim` / `d_kv` (T5).
     pub head_dim: Option<u64>,
-    /// `intermediate_size` / `n_inner` / `ffn_dim`.
+    /// `intermediate_size` / `n_inner` / `ffn_dim` / `d_ff` (T5).
     pub intermediate_size: Option<u64>,
     /// `hidden_act` / `activation_function`.
     pub hidden_act: Option<String>,
@@ -59,9 +59,10 @@ pub struct RawConfig {
     pub mlp_only_layers: Option<Vec<u64>>,
     /// `qkv_bias` (Qwen2-MoE).
     pub qkv_bias: Option<bool>,
-    /// `attention_dropout` / `attention_probs_dropout_prob` / `attn_pdrop`.
+    /// `attention_dropout` / `attention_probs_dropout_prob` / `attn_pdrop` / `dropout_rate`
+    /// (T5's one dropout).
     pub attention_dropout: Option<f64>,
-    /// `hidden_dropout_prob` / `resid_pdrop` / `hidden_dropout`.
+    /// `hidden_dropout_prob` / `resid_pdrop` / `hidden_dropout` / `dropout_rate` (T5).
     pub hidden_dropout: Option<f64>,
     /// `embd_pdrop` (GPT-2, Phi-3) / `embedding_dropout` (ModernBERT).
     pub embedding_dropout: Option<f64>,
@@ -122,6 +123,12 @@ pub struct RawConfig {
     pub rope_interleave: Option<bool>,
     /// `quantization_config.quant_method` (DeepSeek-V3's checkpoint: `fp8`).
     pub quant_method: Option<String>,
+    /// `num_decoder_layers` (T5: the decoder stack's layers, default `num_layers`).
+    pub num_decoder_layers: Option<u64>,
+    /// `feed_forward_proj` (T5: `relu`, `gated-gelu`, `ACT` or `gated-ACT`).
+    pub feed_forward_proj: Option<String>,
+    /// `relative_attention_num_buckets` (T5).
+    pub relative_attention_num_buckets: Option<u64>,
 }
 
 fn field<'a>(
@@ -207,10 +214,10 @@ impl RawConfig {
             vocab_size: uint(map, &["vocab_size"])?,
             hidden_size: uint(map, &["hidden_size", "n_embd", "d_model"])?,
             num_hidden_layers: uint(map, &["num_hidden_layers", "n_layer", "num_layers"])?,
-            num_attention_heads: uint(map, &["num_attention_heads", "n_head"])?,
+            num_attention_heads: uint(map, &["num_attention_heads", "n_head", "num_heads"])?,
             num_key_value_heads: uint(map, &["num_key_value_heads"])?,
-            head_dim: uint(map, &["head_dim"])?,
-            intermediate_size: uint(map, &["intermediate_size", "n_inner", "ffn_dim"])?,
+            head_dim: uint(map, &["head_dim", "d_kv"])?,
+            intermediate_size: uint(map, &["intermediate_size", "n_inner", "ffn_dim", "d_ff"])?,
             hidden_act: string(map, &["hidden_act", "activation_function"])?,
             hidden_activation: string(map, &["hidden_activation"])?,
             max_position_embeddings: uint(map, &["max_position_embeddings", "n_positions"])?,
@@ -230,9 +237,17 @@ impl RawConfig {
             qkv_bias: boolean(map, &["qkv_bias"])?,
             attention_dropout: float(
                 map,
-                &["attention_dropout", "attention_probs_dropout_prob", "attn_pdrop"],
+                &[
+                    "attention_dropout",
+                    "attention_probs_dropout_prob",
+                    "attn_pdrop",
+                    "dropout_rate",
+                ],
             )?,
-            hidden_dropout: float(map, &["hidden_dropout_prob", "resid_pdrop", "hidden_dropout"])?,
+            hidden_dropout: float(
+                map,
+                &["hidden_dropout_prob", "resid_pdrop", "hidden_dropout", "dropout_rate"],
+            )?,
             embedding_dropout: float(map, &["embd_pdrop", "embedding_dropout"])?,
             rotary_pct: float(map, &["rotary_pct", "partial_rotary_factor"])?,
             use_parallel_residual: boolean(map, &["use_parallel_residual"])?,
@@ -268,6 +283,9 @@ impl RawConfig {
                 Some(Value::Object(q)) => string(q, &["quant_method"])?,
                 _ => None,
             },
+            num_decoder_layers: uint(map, &["num_decoder_layers"])?,
+            feed_forward_proj: string(map, &["feed_forward_proj"])?,
+            relative_attention_num_buckets: uint(map, &["relative_attention_num_buckets"])?,
         })
     }
 }

@@ -95,6 +95,16 @@ pub enum Slot {
     Head,
     /// The output projection's bias.
     HeadBias,
+    /// T5's relative position bias table (`[buckets, heads]`, one per stack, in its first
+    /// layer).
+    RelativeBias,
+    /// A decoder layer's norm before cross-attention (T5).
+    CrossNorm,
+    /// A cross-attention q, k or v projection weight (T5: q reads the decoder, k and v the
+    /// encoder's output).
+    CrossQkv,
+    /// The cross-attention output projection.
+    CrossO,
 }
 
 /// One parameter tensor.
@@ -132,8 +142,9 @@ pub struct ParameterLayout {
     pub layer: Vec<ParameterDecl>,
     /// Layers.
     pub n_layers: u64,
-    /// The layers of a mixture-of-experts model with the dense MLP instead of the sparse
-    /// block (ascending; empty for most models).
+    /// The layers of the second form (ascending; empty for most models): a mixture-of-experts
+    /// model's layers with the dense MLP instead of the sparse block, ModernBERT's first layer
+    /// (no attention-input norm), an encoder-decoder's decoder layers (with cross-attention).
     pub dense_layers: Vec<u64>,
     /// Their parameters (empty when there is none).
     pub dense_layer: Vec<ParameterDecl>,
@@ -246,6 +257,9 @@ impl ModelSpec {
     /// The model's parameters and buffers (elements may overflow only for specs that
     /// [`ModelSpec::resolve`] rejects).
     pub fn parameter_layout(&self) -> ParameterLayout {
+        if self.is_encoder_decoder() {
+            return self.seq2seq_layout();
+        }
         let h = self.hidden_size;
         let v = self.vocab_size;
         let q = self.q_width();
@@ -408,7 +422,7 @@ impl ModelSpec {
             norm(&mut after, self, Slot::FinalNorm, "norm.weight", h);
         }
         match (self.head, self.classifier) {
-            (Head::CausalLm, _) => {
+            (Head::CausalLm | Head::Seq2SeqLm, _) => {
                 if !self.tied_embeddings {
                     after.push(matrix(Slot::Head, "lm_head.weight", v, h));
                 }
@@ -512,6 +526,107 @@ impl ModelSpec {
                     crate::peft::MoeTargetNames::of_model_type(self.architecture.model_type())?;
                 Some(crate::peft::PeftMoe { names, experts: m.experts })
             }),
+        }
+    }
+
+    /// T5's parameters (`T5ForConditionalGeneration`): the shared embedding (the LM head is
+    /// tied to it), each stack's relative-bias table (held by its first layer's
+    /// self-attention, listed here before the layers), the encoder layers (self-attention,
+    /// feed-forward) then the decoder layers (self-attention, cross-attention, feed-forward:
+    /// the layout's second form), each stack's final norm. No bias anywhere, no buffer.
+    fn seq2seq_layout(&self) -> ParameterLayout {
+        let h = self.hidden_size;
+        let inner = self.q_width();
+        let i = self.intermediate_size;
+        let buckets = match self.positions {
+            Positions::Relative { buckets } => buckets,
+            Positions::Rotary { .. } | Positions::Learned { .. } => 0,
+        };
+        let vector = |slot, name| ParameterDecl {
+            slot,
+            name,
+            shape: Shape::Vector { len: h },
+            matmul: false,
+            trains: true,
+        };
+        let before = vec![
+            matrix(Slot::Embed, "shared.weight", self.vocab_size, h),
+            table(
+                Slot::RelativeBias,
+                "encoder.relative_attention_bias.weight",
+                buckets,
+                self.n_heads,
+            ),
+            table(
+                Slot::RelativeBias,
+                "decoder.relative_attention_bias.weight",
+                buckets,
+                self.n_heads,
+            ),
+        ];
+        let attention = |slot_qkv, slot_o, prefix: [&'static str; 4]| {
+            vec![
+                matrix(slot_qkv, prefix[0], h, inner),
+                matrix(slot_qkv, prefix[1], h, inner),
+                matrix(slot_qkv, prefix[2], h, inner),
+                matrix(slot_o, prefix[3], inner, h),
+            ]
+        };
+        let feed_forward: Vec<ParameterDecl> = if self.gated_mlp {
+            vec![
+                matrix(Slot::Mlp, "DenseReluDense.wi_0.weight", h, i),
+                matrix(Slot::Mlp, "DenseReluDense.wi_1.weight", h, i),
+                matrix(Slot::Mlp, "DenseReluDense.wo.weight", i, h),
+            ]
+        } else {
+            vec![
+                matrix(Slot::Mlp, "DenseReluDense.wi.weight", h, i),
+                matrix(Slot::Mlp, "DenseReluDense.wo.weight", i, h),
+            ]
+        };
+        let self_attention = attention(
+            Slot::Qkv,
+            Slot::O,
+            [
+                "SelfAttention.q.weight",
+                "SelfAttention.k.weight",
+                "SelfAttention.v.weight",
+                "SelfAttention.o.weight",
+            ],
+        );
+        let mut layer = self_attention.clone();
+        layer.push(vector(Slot::Norm1, "layer.0.layer_norm.weight"));
+        layer.extend(feed_forward.iter().copied());
+        layer.push(vector(Slot::Norm2, "layer.1.layer_norm.weight"));
+        let mut decoder_layer = self_attention;
+        decoder_layer.push(vector(Slot::Norm1, "layer.0.layer_norm.weight"));
+        decoder_layer.extend(attention(
+            Slot::CrossQkv,
+            Slot::CrossO,
+            [
+                "EncDecAttention.q.weight",
+                "EncDecAttention.k.weight",
+                "EncDecAttention.v.weight",
+                "EncDecAttention.o.weight",
+            ],
+        ));
+        decoder_layer.push(vector(Slot::CrossNorm, "layer.1.layer_norm.weight"));
+        decoder_layer.extend(feed_forward);
+        decoder_layer.push(vector(Slot::Norm2, "layer.2.layer_norm.weight"));
+        let after = vec![
+            vector(Slot::FinalNorm, "encoder.final_layer_norm.weight"),
+            vector(Slot::FinalNorm, "decoder.final_layer_norm.weight"),
+        ];
+        ParameterLayout {
+            before,
+            layer,
+            n_layers: self.n_layers,
+            dense_layers: (self.encoder_layers()..self.n_layers).collect(),
+            dense_layer: decoder_layer,
+            after,
+            tied: true,
+            buffers: Vec::new(),
+            peft_moe: None,
         }
     }
 }
@@ -693,7 +808,8 @@ mod tests {
                 assert!(matches!(s.for_task(Task::SeqCls, 0), Err(TaskError::Labels { .. })));
             }
         }
-        assert!("seq2seq".parse::<Task>().is_err());
+        assert_eq!("seq2seq".parse::<Task>(), Ok(Task::Seq2Seq));
+        assert!("translation".parse::<Task>().is_err());
         assert_eq!("SEQ-CLS".parse::<Task>(), Ok(Task::SeqCls));
     }
 
@@ -777,5 +893,42 @@ mod tests {
                 "shared_experts.down_proj.weight",
             ],
         );
+    }
+
+    /// T5's tensors as transformers builds them, piece by piece: the shared table (the LM head
+    /// tied to it), two relative-bias tables of `buckets × heads`, encoder layers (q, k, v, o,
+    /// two norms, the feed-forward), decoder layers (a cross-attention and its norm more),
+    /// two final norms; the totals are transformers' counts (`validation/check_catalog.py`).
+    #[test]
+    fn t5_layouts_count_as_transformers_builds_them() {
+        let s = spec("t5-small", &[]);
+        let layout = s.parameter_layout();
+        let (v, h, i, heads, inner) = (32128u64, 512u64, 2048u64, 8u64, 512u64);
+        let attention = 3 * h * inner + inner * h;
+        let encoder = attention + 2 * h * i + 2 * h;
+        let decoder = 2 * attention + 2 * h * i + 3 * h;
+        let expected = v * h + 2 * 32 * heads + 6 * encoder + 6 * decoder + 2 * h;
+        assert_eq!(s.parameter_count(), expected);
+        assert_eq!(expected, 60_506_624);
+        assert_eq!((s.n_layers, s.decoder_layers, s.encoder_layers()), (12, 6, 6));
+        assert!(layout.tied && layout.buffers.is_empty());
+        assert_eq!(layout.layer_decls(5).len(), 8);
+        assert_eq!(layout.layer_decls(6).len(), 13, "the decoder's cross-attention");
+        assert!(s.scale_decoder_outputs, "T5 scales before its tied head");
+        // Flan-T5: gated-GELU (`gelu_new`), written untied, which in transformers 5 only turns
+        // the scaling off: the head stays tied.
+        let flan = spec("flan-t5-base", &[]);
+        assert!(flan.gated_mlp && flan.tied_embeddings && !flan.scale_decoder_outputs);
+        assert_eq!(flan.activation, crate::model::Activation::GeluPython);
+        assert_eq!(flan.parameter_count(), 222_903_552);
+        // mT5: never scaled, a 250k vocabulary.
+        let mt5 = spec("mt5-small", &[]);
+        assert!(mt5.tied_embeddings && !mt5.scale_decoder_outputs);
+        assert_eq!(mt5.parameter_count(), 172_119_424);
+        // An uneven decoder and the buckets: the table grows, nothing else.
+        let uneven = spec("t5-small", &[("num_decoder_layers", 2.into())]);
+        assert_eq!(s.parameter_count() - uneven.parameter_count(), 4 * decoder);
+        let buckets = spec("t5-small", &[("relative_attention_num_buckets", 64.into())]);
+        assert_eq!(buckets.parameter_count() - s.parameter_count(), 2 * 32 * heads);
     }
 }

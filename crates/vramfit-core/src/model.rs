@@ -11,7 +11,8 @@ use serde::Serialize;
 
 use self::architecture::{
     BiasRule, CacheRule, ClassifierDropoutRule, DeepseekMoeRule, EmbeddingDropoutRule,
-    ExpertWidthRule, HeadDimRule, LocalLayerRule, MlaRule, NormTopKRule, PositionRule, traits,
+    ExpertWidthRule, HeadDimRule, LocalLayerRule, MlaRule, NormTopKRule, PositionRule, Seq2SeqRule,
+    traits,
 };
 use crate::hf_config::RawConfig;
 
@@ -61,11 +62,16 @@ pub enum Architecture {
     DeepseekV2,
     /// DeepSeek-V3 (V2's attention with interleaved rotary, sigmoid routing with a bias).
     DeepseekV3,
+    /// T5 / T5 v1.1 / Flan-T5 (encoder-decoder: relative position bias, cross-attention,
+    /// RMS norms without bias, ReLU or gated-GELU feed-forward).
+    T5,
+    /// mT5 (T5 v1.1's layers, a 250k vocabulary).
+    Mt5,
 }
 
 impl Architecture {
     /// Every supported architecture.
-    pub const ALL: [Architecture; 19] = [
+    pub const ALL: [Architecture; 21] = [
         Architecture::Llama,
         Architecture::Mistral,
         Architecture::Mixtral,
@@ -85,6 +91,8 @@ impl Architecture {
         Architecture::ModernBert,
         Architecture::DeepseekV2,
         Architecture::DeepseekV3,
+        Architecture::T5,
+        Architecture::Mt5,
     ];
 
     /// The `model_type` string of `config.json`.
@@ -109,6 +117,8 @@ impl Architecture {
             Architecture::ModernBert => "modernbert",
             Architecture::DeepseekV2 => "deepseek_v2",
             Architecture::DeepseekV3 => "deepseek_v3",
+            Architecture::T5 => "t5",
+            Architecture::Mt5 => "mt5",
         }
     }
 
@@ -153,6 +163,9 @@ pub enum Norm {
     LayerNorm,
     /// OLMo 2's RMSNorm: fp32 throughout, `weight * normalised` in fp32, cast at the end.
     Olmo2RmsNorm,
+    /// `T5LayerNorm`: the variance from an fp32 copy, `x * rsqrt(variance)` on the input as it
+    /// is (promoted to fp32), cast to a 16-bit weight's dtype, `weight * h`.
+    T5RmsNorm,
 }
 
 /// How positions enter the model.
@@ -173,6 +186,13 @@ pub enum Positions {
         /// forward and saved by the lookup, whose output broadcasts as `[1, S, H]` (GPT-2).
         ids_from_buffer: bool,
     },
+    /// T5's relative position bias: the first layer of each stack looks up a
+    /// `[buckets, heads]` table into a `[1, heads, q, k]` bias that every layer of the stack
+    /// adds to its attention scores.
+    Relative {
+        /// `relative_attention_num_buckets`.
+        buckets: u64,
+    },
 }
 
 /// The output head.
@@ -187,6 +207,9 @@ pub enum Head {
     SequenceClassification(Pooling),
     /// `*ForTokenClassification`: dropout, then a linear to the labels at every token.
     TokenClassification,
+    /// An encoder-decoder's language-model head over the decoder's `target_len` tokens
+    /// (`T5ForConditionalGeneration`: tied to the shared embedding, `CrossEntropyLoss`).
+    Seq2SeqLm,
 }
 
 /// How a sequence classifier reduces a sequence to one row.
@@ -223,11 +246,14 @@ pub enum Task {
     SeqCls,
     /// `AutoModelForTokenClassification`.
     TokenCls,
+    /// `AutoModelForSeq2SeqLM` (encoder-decoders' default and only task here).
+    Seq2Seq,
 }
 
 impl Task {
     /// Every task, in the order the CLI lists them.
-    pub const ALL: [Task; 4] = [Task::CausalLm, Task::MaskedLm, Task::SeqCls, Task::TokenCls];
+    pub const ALL: [Task; 5] =
+        [Task::CausalLm, Task::MaskedLm, Task::SeqCls, Task::TokenCls, Task::Seq2Seq];
 
     /// The name used on the command line and in JSON.
     pub fn name(self) -> &'static str {
@@ -236,6 +262,7 @@ impl Task {
             Task::MaskedLm => "masked-lm",
             Task::SeqCls => "seq-cls",
             Task::TokenCls => "token-cls",
+            Task::Seq2Seq => "seq2seq",
         }
     }
 
@@ -246,6 +273,7 @@ impl Task {
             Task::MaskedLm => "AutoModelForMaskedLM",
             Task::SeqCls => "AutoModelForSequenceClassification",
             Task::TokenCls => "AutoModelForTokenClassification",
+            Task::Seq2Seq => "AutoModelForSeq2SeqLM",
         }
     }
 }
@@ -546,6 +574,13 @@ pub struct ModelSpec {
     /// The checkpoint is stored in fp8 (`quantization_config.quant_method` `fp8`): the
     /// estimate takes its weights dequantised, in the training precision.
     pub fp8_checkpoint: bool,
+    /// Of `n_layers`, the last this many are an encoder-decoder's decoder layers (self-,
+    /// cross-attention and feed-forward; T5); 0 for a decoder-only or encoder-only model,
+    /// whose `n_layers` are all alike.
+    pub decoder_layers: u64,
+    /// The decoder's output is multiplied by `d_model ** -0.5` before the tied LM head (T5
+    /// unless `tie_word_embeddings` is written false; never mT5).
+    pub scale_decoder_outputs: bool,
 }
 
 /// A `config.json` that cannot be turned into a [`ModelSpec`].
@@ -838,6 +873,22 @@ fn activation(name: &str, field: &'static str) -> Result<Activation, ConfigError
     })
 }
 
+/// T5's `feed_forward_proj`: `(gated, activation)`. transformers splits it on `-`: `gated-ACT`
+/// is `T5DenseGatedActDense`, `ACT` `T5DenseActDense`; `gated-gelu` runs `gelu_new`.
+fn feed_forward(raw: &RawConfig, rule: Seq2SeqRule) -> Result<(bool, Activation), ConfigError> {
+    let proj = raw.feed_forward_proj.as_deref().unwrap_or(rule.feed_forward);
+    let field = "feed_forward_proj";
+    let (gated, act) = match proj.split_once('-') {
+        Some(("gated", act)) => (true, act),
+        None => (false, proj),
+        Some(_) => {
+            return Err(ConfigError::UnknownActivation { field, given: proj.to_string() });
+        }
+    };
+    let act = if proj == "gated-gelu" { "gelu_new" } else { act };
+    Ok((gated, activation(act, field)?))
+}
+
 impl ModelSpec {
     /// Parses a Hugging Face `config.json` and resolves it.
     pub fn from_hf_config(json: &str) -> Result<ModelSpec, ConfigError> {
@@ -937,6 +988,22 @@ impl ModelSpec {
             None => t.activation,
         };
         let activation = activation(act_name, act_field)?;
+        // T5's `feed_forward_proj`: `ACT` or `gated-ACT` (`gated-gelu` runs `gelu_new`).
+        let (gated_mlp, activation) = match t.encoder_decoder {
+            Some(rule) => feed_forward(raw, rule)?,
+            None => (t.gated_mlp, activation),
+        };
+        // An encoder-decoder's `n_layers` are its encoder's then its decoder's.
+        let decoder_layers = match t.encoder_decoder {
+            Some(_) => in_range(
+                raw.num_decoder_layers.unwrap_or(n_layers),
+                "num_decoder_layers",
+                1,
+                MAX_LAYERS,
+            )?,
+            None => 0,
+        };
+        let n_layers = n_layers + decoder_layers;
 
         let bias = |rule: BiasRule, configured: Option<bool>| match rule {
             BiasRule::Always(b) => b,
@@ -946,7 +1013,15 @@ impl ModelSpec {
         let qkv_bias = bias(t.qkv_bias, raw.attention_bias);
         let o_bias = bias(t.o_bias, raw.attention_bias);
         let mlp_bias = bias(t.mlp_bias, raw.mlp_bias);
-        let tied_embeddings = raw.tie_word_embeddings.unwrap_or(t.tied_default);
+        // transformers 5 ties T5's LM head whatever the config says; `tie_word_embeddings:
+        // false` (T5 v1.1, Flan-T5) only turns T5's output scaling off.
+        let tied_embeddings = match t.encoder_decoder {
+            Some(_) => true,
+            None => raw.tie_word_embeddings.unwrap_or(t.tied_default),
+        };
+        let scale_decoder_outputs = t
+            .encoder_decoder
+            .is_some_and(|rule| rule.scale_unless_untied && raw.tie_word_embeddings != Some(false));
 
         let max_positions = raw
             .max_position_embeddings
@@ -970,6 +1045,14 @@ impl ModelSpec {
                 Positions::Rotary { dims: (head_dim as f64 * pct) as u64 }
             }
             PositionRule::Rotary => Positions::Rotary { dims: head_dim },
+            PositionRule::Relative { default_buckets } => Positions::Relative {
+                buckets: in_range(
+                    raw.relative_attention_num_buckets.unwrap_or(default_buckets),
+                    "relative_attention_num_buckets",
+                    1,
+                    MAX_POSITIONS,
+                )?,
+            },
         };
 
         let mla = t.mla.map(|rule| mla(raw, rule, n_heads, n_kv_heads)).transpose()?;
@@ -1120,7 +1203,7 @@ impl ModelSpec {
             n_kv_heads,
             head_dim,
             intermediate_size,
-            gated_mlp: t.gated_mlp,
+            gated_mlp,
             activation,
             norm: t.norm,
             qkv_bias,
@@ -1152,6 +1235,7 @@ impl ModelSpec {
             final_softcap,
             head: match t.tasks.default {
                 Task::MaskedLm => Head::MaskedLm,
+                Task::Seq2Seq => Head::Seq2SeqLm,
                 _ => Head::CausalLm,
             },
             classifier: None,
@@ -1182,10 +1266,22 @@ impl ModelSpec {
             },
             mla,
             fp8_checkpoint: raw.quant_method.as_deref() == Some("fp8"),
+            decoder_layers,
+            scale_decoder_outputs,
         };
         // Reject shapes whose parameter count overflows before anyone multiplies by a batch.
         spec.checked_parameter_count().ok_or(ConfigError::Overflow)?;
         Ok(spec)
+    }
+
+    /// An encoder-decoder (T5): `decoder_layers` of its `n_layers` are the decoder's.
+    pub fn is_encoder_decoder(&self) -> bool {
+        self.decoder_layers > 0
+    }
+
+    /// The encoder's layers (all of `n_layers` for a model without a decoder stack).
+    pub fn encoder_layers(&self) -> u64 {
+        self.n_layers - self.decoder_layers
     }
 
     /// Width of all query heads together.
@@ -1224,6 +1320,7 @@ impl ModelSpec {
                 Task::MaskedLm => rules.masked_lm,
                 Task::SeqCls => rules.classifiers,
                 Task::TokenCls => rules.classifiers && rules.token_cls,
+                Task::Seq2Seq => rules.seq2seq,
             })
             .collect()
     }
@@ -1288,7 +1385,7 @@ impl ModelSpec {
                 (dropout(rules.token_cls_dropout), true),
                 rules.token_cls_upcasts,
             ),
-            Task::CausalLm | Task::MaskedLm => {
+            Task::CausalLm | Task::MaskedLm | Task::Seq2Seq => {
                 unreachable!("an architecture's one language-model task is its default")
             }
         };

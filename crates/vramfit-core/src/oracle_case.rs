@@ -74,6 +74,9 @@ pub struct OracleCase {
     /// The classifier's labels (with `task`).
     #[serde(default)]
     pub num_labels: Option<u64>,
+    /// An encoder-decoder's target length (the labels' and the decoder's tokens).
+    #[serde(default)]
+    pub target_len: Option<u64>,
     /// Config keys changed from the catalog's.
     #[serde(default)]
     pub config_overrides: Option<Map<String, Value>>,
@@ -196,6 +199,7 @@ impl OracleCase {
             parallel: self.parallel()?,
             lora: self.lora()?,
             quantization: self.quantization()?,
+            target_len: self.target_len,
             ..TrainSetup::default()
         })
     }
@@ -415,6 +419,7 @@ impl GpuMeasurement {
             oracle_seconds: 0.0,
             task: None,
             num_labels: None,
+            target_len: None,
             config_overrides: None,
             strategy: None,
             lora: None,

@@ -339,7 +339,12 @@ fn adapter_rank_with(
         // PEFT's all-linear excludes the output layer, and on a converted MoE model every
         // linear whose name became a parameter target.
         LoraTargets::AllLinear => decl.slot != Slot::Head && !converted(names, leaf),
-        LoraTargets::PeftDefault => matches!(module, "q_proj" | "v_proj" | "qkv_proj"),
+        // T5's are `q` and `v` (`SelfAttention.q`, `EncDecAttention.v`, ...).
+        LoraTargets::PeftDefault => {
+            matches!(module, "q_proj" | "v_proj" | "qkv_proj")
+                || matches(module, "q")
+                || matches(module, "v")
+        }
         LoraTargets::Modules(targets) => {
             targets.iter().any(|t| !converted(names, t) && matches(module, t))
         }

@@ -408,6 +408,10 @@ pub struct TrainSetup {
     /// The GPUs and how the data-parallel ranks share the model (default: one GPU).
     #[serde(default, skip_serializing_if = "Parallel::is_single")]
     pub parallel: Parallel,
+    /// An encoder-decoder's target length (`--target-len`: the labels' and the decoder's
+    /// tokens); `None` is the source length, `seq_len`. Only encoder-decoder models take one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_len: Option<u64>,
 }
 
 /// What the training loop keeps of the model's output.
@@ -465,6 +469,12 @@ impl ZeroGrad {
 }
 
 impl TrainSetup {
+    /// The decoder's tokens per sequence of an encoder-decoder: `--target-len`, else the
+    /// source length.
+    pub fn target_len(&self) -> u64 {
+        self.target_len.unwrap_or(self.seq_len)
+    }
+
     /// Whether transformers builds a KV cache in this step: `use_cache` (this setup's, else the
     /// config's) on a decoder, without gradient checkpointing, which turns it off.
     pub fn kv_cache(&self, spec: &crate::model::ModelSpec) -> bool {
@@ -625,6 +635,7 @@ impl Default for TrainSetup {
             use_cache: None,
             loss: LossKernel::Standard,
             parallel: Parallel::default(),
+            target_len: None,
         }
     }
 }

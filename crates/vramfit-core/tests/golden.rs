@@ -348,11 +348,22 @@ fn memory_twins_left_out_of_the_grid_estimate_alike() {
                         TrainSetup { optimizer: Optimizer::Sgd, ..base.clone() },
                     ),
                 ];
-                for (twin, kept) in pairs {
+                // T5 clamps its residual stream after every sub-layer in pure fp16 (and only
+                // then): fp16-true is not bf16's twin there (`seq2seq` unit tests hold it).
+                let twins = if spec.is_encoder_decoder() { &pairs[1..] } else { &pairs[..] };
+                for (twin, kept) in twins {
                     for device in [Device::CUDA, Device::CPU_ORACLE] {
-                        let a = estimate_on(&spec, &twin, &device).expect("estimates");
-                        let b = estimate_on(&spec, &kept, &device).expect("estimates");
-                        assert_eq!(numbers(&a), numbers(&b), "{model}: {twin:?} against {kept:?}");
+                        // A setup the model refuses is refused alike for both.
+                        match (estimate_on(&spec, twin, &device), estimate_on(&spec, kept, &device))
+                        {
+                            (Ok(a), Ok(b)) => assert_eq!(
+                                numbers(&a),
+                                numbers(&b),
+                                "{model}: {twin:?} against {kept:?}"
+                            ),
+                            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{model}"),
+                            (a, b) => panic!("{model}: {a:?} against {b:?}"),
+                        }
                     }
                 }
             }

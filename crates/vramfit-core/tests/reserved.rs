@@ -28,6 +28,13 @@ fn lines() -> Vec<String> {
     ];
     let mut cases = Vec::new();
     for model in catalog::names() {
+        // Encoder-decoder models (T5) are modelled with eager attention only.
+        let spec = vramfit_core::ModelSpec::from_hf_config(catalog::config_json(model).unwrap());
+        let attention = if spec.is_ok_and(|s| s.is_encoder_decoder()) {
+            vramfit_core::Attention::Eager
+        } else {
+            TrainSetup::default().attention
+        };
         for precision in [Precision::Fp32, Precision::Bf16Mixed] {
             for checkpointing in [Checkpointing::None, Checkpointing::Full] {
                 for training_loop in [TrainingLoop::Trainer, TrainingLoop::Custom] {
@@ -38,6 +45,7 @@ fn lines() -> Vec<String> {
                             precision,
                             checkpointing,
                             training_loop,
+                            attention,
                             ..TrainSetup::default()
                         };
                         for conf in confs {

@@ -25,6 +25,12 @@ impl Hint for EstimateError {
             EstimateError::NoParameters => "pass a positive count such as --params 1B".into(),
             EstimateError::Peft(e) => e.hint(),
             EstimateError::Parallel(e) => e.hint(),
+            EstimateError::TargetLenWithoutDecoder { .. } => {
+                "drop --target-len, or use an encoder-decoder model such as t5-small or flan-t5-base".into()
+            }
+            EstimateError::Seq2Seq { .. } => {
+                "encoder-decoder models (T5) take --attention eager, full fine-tuning or LoRA, and the standard loss".into()
+            }
         }
     }
 }
@@ -61,13 +67,18 @@ impl Hint for ParallelError {
 impl Hint for TaskError {
     fn hint(&self) -> String {
         match self {
-            TaskError::Unknown { .. } => "use causal-lm, masked-lm, seq-cls or token-cls".into(),
+            TaskError::Unknown { .. } => {
+                "use causal-lm, masked-lm, seq-cls, token-cls or seq2seq".into()
+            }
             TaskError::Unsupported { supported, task, .. } => match task {
                 Task::MaskedLm => {
                     "masked-lm needs an encoder such as bert-base-uncased; a decoder trains with --task causal-lm".into()
                 }
                 Task::CausalLm => {
                     "causal-lm needs a decoder such as gpt2; an encoder trains with --task masked-lm".into()
+                }
+                Task::Seq2Seq => {
+                    "seq2seq needs an encoder-decoder such as t5-small or flan-t5-base; a decoder trains with --task causal-lm".into()
                 }
                 _ => format!("use --task with one of: {supported}"),
             },
@@ -248,6 +259,10 @@ impl Hint for vramfit_core::plan::PlanError {
                 format!("forbid fewer settings of {lever}, or --keep {lever}")
             }
             PlanError::Estimate(e) => e.hint(),
+            PlanError::EncoderDecoder(_) => {
+                "judge a setup with vramfit check or vramfit estimate --attention eager instead"
+                    .into()
+            }
         }
     }
 }

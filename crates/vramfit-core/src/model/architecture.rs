@@ -105,6 +105,8 @@ pub(super) enum PositionRule {
     /// A learned table (`max_position_embeddings`, default given); the ids are an `arange`
     /// computed per forward (GPT-2) or a slice of a registered buffer (BERT).
     Learned { default_max: u64, ids_from_buffer: bool },
+    /// T5's relative position bias (`relative_attention_num_buckets`, default given).
+    Relative { default_buckets: u64 },
 }
 
 /// Where `head_dim` comes from.
@@ -173,6 +175,8 @@ pub(super) struct TaskRules {
     /// `ModernBertPredictionHead`: dense, activation, LayerNorm), on the pooled row or on every
     /// token.
     pub(super) prediction_head: bool,
+    /// A `*ForConditionalGeneration` (`AutoModelForSeq2SeqLM`) class exists.
+    pub(super) seq2seq: bool,
 }
 
 /// Decoders whose heads are `transformers`' generic classes.
@@ -186,6 +190,7 @@ const DECODER_TASKS: TaskRules = TaskRules {
     token_cls_upcasts: true,
     classifiers: true,
     prediction_head: false,
+    seq2seq: false,
 };
 
 /// Sliding-window (local) layers beside global ones, as Gemma 3 builds them.
@@ -196,6 +201,18 @@ pub(super) struct LocalLayerRule {
     pub(super) pattern: u64,
     /// `sliding_window` default.
     pub(super) window: u64,
+}
+
+/// An encoder-decoder (T5): an encoder stack and a decoder stack of `num_decoder_layers`
+/// (default `num_layers`) with cross-attention, sharing one embedding tied to the LM head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Seq2SeqRule {
+    /// `feed_forward_proj` default: `relu` (`T5DenseActDense`) or `gated-gelu`
+    /// (`T5DenseGatedActDense` with `gelu_new`).
+    pub(super) feed_forward: &'static str,
+    /// The decoder's output is scaled by `d_model ** -0.5` before the LM head unless
+    /// `tie_word_embeddings` is written false (T5's config class); mT5 never scales.
+    pub(super) scale_unless_untied: bool,
 }
 
 /// One architecture's answers.
@@ -291,6 +308,8 @@ pub(super) struct Traits {
     pub(super) rotary_upcast: bool,
     /// Multi-head latent attention (DeepSeek) instead of q/k/v projections.
     pub(super) mla: Option<MlaRule>,
+    /// An encoder-decoder.
+    pub(super) encoder_decoder: Option<Seq2SeqRule>,
 }
 
 /// The decoder-only Llama family's answers, the base of several arms below.
@@ -336,6 +355,7 @@ const LLAMA: Traits = Traits {
     global_every: None,
     rotary_upcast: false,
     mla: None,
+    encoder_decoder: None,
 };
 
 /// BERT and RoBERTa.
@@ -383,6 +403,7 @@ const ENCODER: Traits = Traits {
         token_cls_upcasts: false,
         classifiers: true,
         prediction_head: false,
+        seq2seq: false,
     },
     norm_bias: BiasRule::Always(true),
     first_layer_input_norm: true,
@@ -391,6 +412,47 @@ const ENCODER: Traits = Traits {
     global_every: None,
     rotary_upcast: false,
     mla: None,
+    encoder_decoder: None,
+};
+
+/// T5 and mT5 (`T5ForConditionalGeneration`, `MT5ForConditionalGeneration`): T5LayerNorm
+/// (RMS, fp32 variance, no bias), q/k/v/o without bias and unscaled scores, plain softmax,
+/// `dropout_rate` everywhere (embeddings, attention probabilities, every residual branch,
+/// each stack's output), a final norm per stack; transformers 5 ties the LM head to the
+/// shared embedding whatever `tie_word_embeddings` says (it only decides T5's output
+/// scaling). The decoder builds a causal mask for eager attention; the encoder, without
+/// padding, none. Its classification heads are not modelled.
+const T5: Traits = Traits {
+    norm: Norm::T5RmsNorm,
+    gated_mlp: false,
+    loss_upcasts_logits: false,
+    eager_softmax_fp32: false,
+    eager_masks: 1,
+    positions: PositionRule::Relative { default_buckets: 32 },
+    head_dim: HeadDimRule::ConfigOr(64),
+    activation: ("feed_forward_proj", "relu"),
+    activation_key: "feed_forward_proj",
+    qkv_bias: BiasRule::Always(false),
+    o_bias: BiasRule::Always(false),
+    mlp_bias: BiasRule::Always(false),
+    tied_default: true,
+    dropout_default: 0.1,
+    embedding_dropout: EmbeddingDropoutRule::Hidden,
+    cache: CacheRule::Config(true),
+    tasks: TaskRules {
+        default: Task::Seq2Seq,
+        causal_lm: false,
+        masked_lm: false,
+        seq_cls: Pooling::ClassificationHead,
+        token_cls: true,
+        token_cls_dropout: ClassifierDropoutRule::ConfigOr(0.0),
+        token_cls_upcasts: false,
+        classifiers: false,
+        prediction_head: false,
+        seq2seq: true,
+    },
+    encoder_decoder: Some(Seq2SeqRule { feed_forward: "relu", scale_unless_untied: true }),
+    ..LLAMA
 };
 
 /// Each architecture's answers.
@@ -637,6 +699,14 @@ pub(super) fn traits(arch: Architecture) -> Traits {
             global_every: Some(3),
             rotary_upcast: true,
             ..LLAMA
+        },
+        A::T5 => T5,
+        A::Mt5 => Traits {
+            encoder_decoder: Some(Seq2SeqRule {
+                feed_forward: "gated-gelu",
+                scale_unless_untied: false,
+            }),
+            ..T5
         },
     }
 }

@@ -270,6 +270,10 @@ pub enum PlanError {
     /// The user's own setup cannot be estimated.
     #[error(transparent)]
     Estimate(#[from] EstimateError),
+    /// The planner's levers (LoRA, sharding, the loss kernels, ...) are not modelled for an
+    /// encoder-decoder model.
+    #[error("the planner does not search encoder-decoder models ({0}) yet")]
+    EncoderDecoder(crate::model::Architecture),
 }
 
 /// The nearest multiples of `gpus` around `global` (below, above; below is at least `gpus`).

@@ -187,6 +187,9 @@ pub(super) struct Search<'r, 'a> {
 
 impl<'r, 'a> Search<'r, 'a> {
     pub(super) fn new(req: &'r PlanRequest<'a>) -> Result<Search<'r, 'a>, PlanError> {
+        if req.spec.is_encoder_decoder() {
+            return Err(PlanError::EncoderDecoder(req.spec.architecture));
+        }
         let dp = req.data_parallel;
         if dp == 0 {
             return Err(PlanError::NoGpus);

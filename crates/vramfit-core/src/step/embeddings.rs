@@ -51,6 +51,21 @@ pub(super) fn embed(g: &mut Graph, cx: &Context<'_>, m: &Model) -> Result<Tensor
     Ok(y)
 }
 
+/// An embedding lookup of `tokens` rows of `table` (in the parameters' dtype), saving `saved`
+/// (the indices, when nothing else keeps them); its backward makes the table's dense
+/// gradient.
+pub(super) fn lookup(
+    g: &mut Graph,
+    cx: &Context<'_>,
+    table: ParamId,
+    tokens: u64,
+    saved: &[crate::timeline::Tid],
+) -> Result<Tensor> {
+    let x = new(g, cx.param_dtype, mul(tokens, cx.spec.hidden_size)?)?;
+    g.record(&[x.id], saved, &[Grad::Param(table, g.param(table).grad_bytes())]);
+    Ok(x)
+}
+
 /// What the base model computes once and passes to every layer: the eager attention mask
 /// (`masking_utils.eager_mask`: 0 / -inf, `[B, 1, S, S]` in the embeddings' dtype; Gemma 2 builds
 /// a full and a sliding-window one, as does Gemma 3), rotary `cos` and `sin` (`[1, S, rotary

@@ -48,7 +48,7 @@ pub(super) fn head_and_loss(
         (Head::SequenceClassification(_) | Head::TokenClassification, None) => {
             unreachable!("ModelSpec::for_task sets a classifier with a classification head")
         }
-        (Head::CausalLm | Head::MaskedLm, _) => {}
+        (Head::CausalLm | Head::MaskedLm | Head::Seq2SeqLm, _) => {}
     }
     let n = cx.tokens;
     let v = s.vocab_size;
@@ -56,6 +56,11 @@ pub(super) fn head_and_loss(
     let mut owned = false;
     if s.head == Head::MaskedLm {
         x = prediction_head(g, cx, m, x, n)?;
+        owned = true;
+    }
+    if s.head == Head::Seq2SeqLm && s.scale_decoder_outputs {
+        // T5: `sequence_output * (d_model ** -0.5)` before the tied head.
+        x = unary(g, x, x.dtype, Saves::Nothing)?;
         owned = true;
     }
     if let Some(chunks) = cx.setup.loss.output_chunks(cx.setup.seq_len) {

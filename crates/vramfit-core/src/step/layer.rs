@@ -149,7 +149,7 @@ fn qkv_attention(
         Positions::Rotary { dims } => {
             (rotary(g, q, trig_dt, dims, s.head_dim)?, rotary(g, k, trig_dt, dims, s.head_dim)?)
         }
-        Positions::Learned { .. } => (q, k),
+        Positions::Learned { .. } | Positions::Relative { .. } => (q, k),
     };
     // transformers' DynamicCache (`use_cache` in training): `torch.cat` copies of the keys and
     // values, held by the cache (the model's output) and attended to in their place.

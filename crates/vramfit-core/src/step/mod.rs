@@ -11,6 +11,7 @@ mod mla;
 mod ops;
 mod param_wrapper;
 mod parameters;
+mod seq2seq;
 
 use self::embeddings::{embed, layer_inputs};
 use self::head::head_and_loss;
@@ -118,6 +119,9 @@ fn forward(
     ranks: &mut Ranks,
 ) -> Result<(Tensor, Vec<Tid>, Tid)> {
     let s = cx.spec;
+    if s.is_encoder_decoder() {
+        return seq2seq::forward(g, cx, m, ranks);
+    }
     ranks.forward_start(g)?;
     let mut x = embed(g, cx, m)?;
     let shared = layer_inputs(g, cx)?;
@@ -170,7 +174,12 @@ fn micro_batch(
     ranks: &mut Ranks,
 ) -> Result<()> {
     g.tl.set_phase(Phase::Forward);
-    let ids = g.alloc(mul(cx.tokens, 8)?)?;
+    // `input_ids` (and an encoder-decoder's `labels`), int64.
+    let ids = if cx.spec.is_encoder_decoder() {
+        g.alloc(seq2seq::batch_bytes(cx)?)?
+    } else {
+        g.alloc(mul(cx.tokens, 8)?)?
+    };
     // `for batch in loader`: the new batch replaces the one the loop still held.
     if let Some(previous) = kept.batch.take() {
         g.drop(previous);
@@ -242,13 +251,17 @@ fn backward(g: &mut Graph, cx: &Context<'_>, m: &Model, ranks: &mut Ranks) -> Re
                 ranks.pre_backward(g, layer)?;
                 let Some(checkpoint) = checkpoint else { continue };
                 let incoming = g.take_grad(checkpoint.output);
-                let x = Tensor {
-                    id: checkpoint.input,
-                    dtype: hidden_dtype(cx),
-                    numel: mul(cx.tokens, cx.spec.hidden_size)?,
-                };
                 g.replaying = true;
-                let y = layer_forward(g, cx, m, x, layer)?;
+                let y = if cx.spec.is_encoder_decoder() {
+                    seq2seq::replay(g, cx, m, checkpoint.input, layer, &checkpoint.held)?
+                } else {
+                    let x = Tensor {
+                        id: checkpoint.input,
+                        dtype: hidden_dtype(cx),
+                        numel: mul(cx.tokens, cx.spec.hidden_size)?,
+                    };
+                    layer_forward(g, cx, m, x, layer)?
+                };
                 g.replaying = false;
                 g.clear_autocast_cache();
                 g.drop(y.id);

@@ -568,6 +568,41 @@ pub(super) fn norm(
             }
             Ok(y)
         }
+        Norm::T5RmsNorm => {
+            // var = x.to(float32).pow(2).mean(-1); h = x * rsqrt(var + eps): the product
+            // saves the input itself (the residual stream, kept alive) and promotes to fp32;
+            // `.to(weight.dtype)` for a 16-bit weight; `weight * h`.
+            let (x32, copied) = to(g, x, DType::F32)?;
+            let pow = unary(g, x32, DType::F32, Saves::Input)?;
+            if copied {
+                g.drop(x32.id);
+            }
+            let mean = g.alloc(small)?;
+            g.record(&[mean], &[], &[Grad::New(pow.id, pow.bytes())]);
+            g.drop(pow.id);
+            let rs = Tensor { id: g.alloc(small)?, dtype: DType::F32, numel: rows };
+            g.record(&[rs.id], &[rs.id], &[Grad::New(mean, small)]);
+            g.drop(mean);
+            let hn = new(g, DType::F32, x.numel)?;
+            g.record(
+                &[hn.id],
+                &[x.id, rs.id],
+                &[Grad::New(x.id, x.bytes()), Grad::New(rs.id, small)],
+            );
+            g.drop(rs.id);
+            let hc = if cx.param_dtype == DType::F32 {
+                hn
+            } else {
+                to_replacing(g, hn, cx.param_dtype)?
+            };
+            let y = new(g, promote(cx.param_dtype, hc.dtype), hc.numel)?;
+            let mut grads = vec![Grad::New(hc.id, hc.bytes())];
+            grads.extend(wgrad(g, w));
+            let saved: &[Tid] = if trains(g, w) { &[hc.id] } else { &[] };
+            g.record(&[y.id], saved, &grads);
+            g.drop(hc.id);
+            Ok(y)
+        }
         Norm::RmsNorm | Norm::GemmaRmsNorm | Norm::Olmo2RmsNorm => {
             // x32 = x.float(); var = x32.pow(2).mean(-1); h = x32 * rsqrt(var + eps)
             let (x32, copied) = to(g, x, DType::F32)?;

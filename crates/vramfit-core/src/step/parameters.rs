@@ -23,6 +23,10 @@ pub(crate) struct LayerParams {
     /// A shared expert's gate, up and down projections.
     pub(super) shared: Vec<ParamId>,
     pub(super) shared_gate: Option<ParamId>,
+    /// A decoder layer's cross-attention (T5): its norm, q/k/v and output projection.
+    pub(super) cross_norm: Vec<ParamId>,
+    pub(super) cross_qkv: Vec<ParamId>,
+    pub(super) cross_o: Option<ParamId>,
 }
 
 /// A LoRA adapter on one linear weight: `lora_A` (`r × in`) and `lora_B` (`out × r`).
@@ -66,6 +70,8 @@ pub(crate) struct Model {
     pub(crate) pooler: Vec<ParamId>,
     pub(crate) head: ParamId,
     pub(crate) head_bias: Option<ParamId>,
+    /// T5's relative-bias tables: the encoder's, then the decoder's.
+    pub(crate) relative_bias: Vec<ParamId>,
     /// Each parameter's LoRA adapter, indexed by [`ParamId`].
     pub(crate) adapters: Vec<Option<Adapter>>,
     /// Each quantised linear weight, indexed by [`ParamId`].
@@ -90,6 +96,7 @@ pub(crate) fn build_model(
         pooler: Vec::new(),
         head: ParamId(usize::MAX),
         head_bias: None,
+        relative_bias: Vec::new(),
         adapters: Vec::new(),
         quantized: Vec::new(),
     };
@@ -188,6 +195,7 @@ fn assign(model: &mut Model, layer: Option<u64>, slot: crate::layout::Slot, id: 
         (None, Slot::Pooler) => model.pooler.push(id),
         (None, Slot::Head) => model.head = id,
         (None, Slot::HeadBias) => model.head_bias = Some(id),
+        (None, Slot::RelativeBias) => model.relative_bias.push(id),
         (Some(l), slot) => {
             let lp = &mut model.layers[l as usize];
             match slot {
@@ -204,6 +212,9 @@ fn assign(model: &mut Model, layer: Option<u64>, slot: crate::layout::Slot, id: 
                 Slot::MlpBias => lp.mlp_bias.push(id),
                 Slot::SharedExpert => lp.shared.push(id),
                 Slot::SharedExpertGate => lp.shared_gate = Some(id),
+                Slot::CrossNorm => lp.cross_norm.push(id),
+                Slot::CrossQkv => lp.cross_qkv.push(id),
+                Slot::CrossO => lp.cross_o = Some(id),
                 other => unreachable!("{other:?} is not a layer slot"),
             }
         }

@@ -342,7 +342,7 @@ mod tests {
         );
         check(
             json!({"bacth": 4}),
-            "error: unknown field `bacth`\nhint: the fields are model, config, params, batch, seq_len, precision, optimizer, optimizer_state_dtype, optimizer_impl, attention, checkpointing, grad_accum, gpu, freeze, lora_rank, lora_alpha, lora_targets, lora_dropout, modules_to_save, use_dora, quantization, double_quant, compute_dtype, quant_skip_modules, cuda_context, alloc_conf, margin, loop, zero_grad, use_cache, target, cuda_version, loss, task, num_labels, gpus, nodes, strategy, reshard_after_forward, offload, global_batch, gradient_as_bucket_view, bucket_cap_mb, reduce_bucket_size, allgather_bucket_size, stage3_prefetch_bucket_size, stage3_max_live_parameters, stage3_param_persistence_threshold",
+            "error: unknown field `bacth`\nhint: the fields are model, config, params, batch, seq_len, target_len, precision, optimizer, optimizer_state_dtype, optimizer_impl, attention, checkpointing, grad_accum, gpu, freeze, lora_rank, lora_alpha, lora_targets, lora_dropout, modules_to_save, use_dora, quantization, double_quant, compute_dtype, quant_skip_modules, cuda_context, alloc_conf, margin, loop, zero_grad, use_cache, target, cuda_version, loss, task, num_labels, gpus, nodes, strategy, reshard_after_forward, offload, global_batch, gradient_as_bucket_view, bucket_cap_mb, reduce_bucket_size, allgather_bucket_size, stage3_prefetch_bucket_size, stage3_max_live_parameters, stage3_param_persistence_threshold",
         );
         check(
             json!({"gpus": 8, "strategy": "zero3", "gradient_as_bucket_view": null}),

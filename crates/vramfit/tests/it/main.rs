@@ -13,5 +13,6 @@ mod parallel;
 mod peft;
 mod plan;
 mod schema;
+mod seq2seq;
 mod serve;
 mod task;

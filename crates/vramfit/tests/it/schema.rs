@@ -280,6 +280,18 @@ fn estimate_schema() {
     assert!(!broken(&|o| o["ranks"]["worst_rank"] = json!("rank7")).is_empty());
 }
 
+/// An encoder-decoder's estimate (its setup says the target length) validates too.
+#[test]
+fn seq2seq_estimate_schema() {
+    let dir = root();
+    let output = run_json(
+        &dir,
+        &["estimate", "--format", "json", "--model", "flan-t5-base", "--attention", "eager"],
+    );
+    assert_eq!(output["setup"]["target_len"], 512);
+    check_generated_schema("estimate", &[output]);
+}
+
 #[test]
 fn doctor_schema() {
     let dir = root().join("crates/vramfit-doctor/tests/fixtures");

@@ -47,7 +47,9 @@ fn a_task_the_architecture_has_no_head_for_is_refused() {
     for (args, message) in [
         (&["--model", "llama-3.2-1b", "--task", "masked-lm"][..], "no masked-lm head"),
         (&["--model", "bert-base-uncased", "--task", "causal-lm"][..], "no causal-lm head"),
-        (&["--model", "gpt2", "--task", "seq2seq"][..], "unknown task 'seq2seq'"),
+        (&["--model", "gpt2", "--task", "seq2seq"][..], "no seq2seq head"),
+        (&["--model", "t5-small", "--task", "causal-lm"][..], "no causal-lm head"),
+        (&["--model", "gpt2", "--task", "translation"][..], "unknown task 'translation'"),
         (
             &["--model", "bert-base-uncased", "--task", "seq-cls", "--num-labels", "0"][..],
             "num_labels = 0",

@@ -69,6 +69,10 @@ pub struct SetupJson {
     pub loss: Option<String>,
     /// The GPUs and how the ranks share the model (one GPU included).
     pub parallel: ParallelJson,
+    /// An encoder-decoder's target length (`--target-len`: the decoder's tokens); absent when
+    /// not given (the source length, `seq_len`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_len: Option<u64>,
 }
 
 /// A base quantised by bitsandbytes (`BitsAndBytesConfig`).
@@ -246,6 +250,7 @@ pub fn setup_json(setup: &TrainSetup) -> SetupJson {
         use_cache: setup.use_cache,
         loss: (setup.loss != LossKernel::Standard).then(|| setup.loss.name().into()),
         parallel: ParallelJson::of(&setup.parallel),
+        target_len: setup.target_len,
     }
 }
 

@@ -295,7 +295,13 @@ pub fn compute(args: &SetupArgs, chart: bool) -> Result<Report, Failure> {
 
 /// As [`compute`], for a model already resolved (the web page's built-in or dropped config).
 pub fn compute_with(args: &SetupArgs, source: ModelSource, chart: bool) -> Result<Report, Failure> {
-    let setup = args.train_setup()?;
+    let mut setup = args.train_setup()?;
+    // An encoder-decoder's target length, said (the source length unless given).
+    if let ModelSource::Spec { spec, .. } = &source
+        && spec.is_encoder_decoder()
+    {
+        setup.target_len = Some(setup.target_len());
+    }
     let target = args.target()?;
     let gpu = args.gpu()?;
     let nccl = setup.parallel.nccl_allowance();

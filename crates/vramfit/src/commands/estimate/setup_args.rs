@@ -36,9 +36,14 @@ pub struct SetupArgs {
     #[arg(long, short = 'b', default_value_t = 1, value_name = "N")]
     pub batch: u64,
 
-    /// Tokens per sequence.
+    /// Tokens per sequence (an encoder-decoder's source: the encoder's length).
     #[arg(long, short = 's', default_value_t = 512, value_name = "N")]
     pub seq_len: u64,
+
+    /// An encoder-decoder's target length (T5's labels, the decoder's tokens). Default: the
+    /// same as --seq-len. An error on models without a decoder side.
+    #[arg(long, value_name = "N")]
+    pub target_len: Option<u64>,
 
     /// Weights and compute: fp32, fp16-mixed, bf16-mixed (fp32 weights + autocast), bf16 (pure
     /// bf16 weights), fp16-true (pure fp16 weights, `torch_dtype=torch.float16`, no autocast).
@@ -179,8 +184,9 @@ pub struct SetupArgs {
     pub loss: String,
 
     /// What the model is trained for, the head transformers' AutoModelFor* class puts on it:
-    /// causal-lm, masked-lm, seq-cls (sequence classification), token-cls. Default: the
-    /// model's own head (masked-lm for BERT and RoBERTa, causal-lm otherwise).
+    /// causal-lm, masked-lm, seq-cls (sequence classification), token-cls, seq2seq (an
+    /// encoder-decoder's AutoModelForSeq2SeqLM: T5, mT5). Default: the model's own head
+    /// (masked-lm for BERT, RoBERTa and ModernBERT, seq2seq for T5, causal-lm otherwise).
     #[arg(long, value_name = "TASK")]
     pub task: Option<String>,
 
@@ -323,6 +329,7 @@ impl SetupArgs {
             use_cache: self.use_cache()?,
             loss: self.loss.parse::<LossKernel>().map_err(parse_err)?,
             parallel: self.parallel.parallel()?,
+            target_len: self.target_len,
         })
     }
 
@@ -606,7 +613,7 @@ impl SetupArgs {
             Some(text) => text.parse::<Task>().map_err(|e| {
                 Failure::with_hint(
                     format!("--task: {e}"),
-                    "use causal-lm, masked-lm, seq-cls or token-cls",
+                    "use causal-lm, masked-lm, seq-cls, token-cls or seq2seq",
                 )
             })?,
             None => spec.default_task(),

@@ -40,10 +40,14 @@ pub(crate) fn setup_line(setup: &TrainSetup) -> String {
         vramfit_core::LossKernel::ChunkedOutputLitgpt => " · chunked-output cross-entropy (LitGPT)",
         vramfit_core::LossKernel::LogitsSum => " · loss logits.sum()",
     };
+    // An encoder-decoder's source and target lengths.
+    let tokens = match setup.target_len {
+        Some(t) => format!("{} → {t}", setup.seq_len),
+        None => setup.seq_len.to_string(),
+    };
     format!(
-        "batch {} × {} tokens · {} · {}{} · {} attention · checkpointing {}{}{}{loss}{}",
+        "batch {} × {tokens} tokens · {} · {}{} · {} attention · checkpointing {}{}{}{loss}{}",
         setup.micro_batch,
-        setup.seq_len,
         setup.precision,
         if setup.optimizer == vramfit_core::Optimizer::None {
             "no optimizer".to_string()

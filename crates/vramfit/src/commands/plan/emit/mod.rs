@@ -190,6 +190,8 @@ impl<'a> Emit<'a> {
             A::ModernBert => ("modernbert", "ModernBertEncoderLayer"),
             A::DeepseekV2 => ("deepseek_v2", "DeepseekV2DecoderLayer"),
             A::DeepseekV3 => ("deepseek_v3", "DeepseekV3DecoderLayer"),
+            A::T5 => ("t5", "T5Block"),
+            A::Mt5 => ("mt5", "MT5Block"),
         }
     }
 
@@ -211,6 +213,7 @@ impl<'a> Emit<'a> {
             Head::CausalLm => "AutoModelForCausalLM",
             Head::SequenceClassification(_) => "AutoModelForSequenceClassification",
             Head::TokenClassification => "AutoModelForTokenClassification",
+            Head::Seq2SeqLm => "AutoModelForSeq2SeqLM",
         }
     }
 
@@ -305,6 +308,7 @@ impl<'a> Emit<'a> {
                 Head::CausalLm => ", task_type=\"CAUSAL_LM\"",
                 Head::SequenceClassification(_) => ", task_type=\"SEQ_CLS\"",
                 Head::TokenClassification => ", task_type=\"TOKEN_CLS\"",
+                Head::Seq2SeqLm => ", task_type=\"SEQ_2_SEQ_LM\"",
             };
             lines.push(format!(
                 "{model} = get_peft_model({model}, LoraConfig(r={}, lora_alpha={}{targets}{dropout}{save}{task}))",
